@@ -1,0 +1,195 @@
+"""`rag-pipeline …`: the operator's commands. Errors end with a one-line message and exit 1/2."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import click
+
+from rag_pipeline.settings import get_settings
+
+
+class CliError(click.ClickException):
+    exit_code = 1
+
+
+def _app_url() -> str:
+    from rag_pipeline.store import db
+
+    try:
+        url = db.server_url(get_settings())
+        db.prepare(url)
+    except db.DatabaseError as exc:
+        raise CliError(str(exc)) from exc
+    return url
+
+
+@click.group()
+def main() -> None:
+    """Incremental RAG index: crawler deliveries in, cited search results out."""
+
+
+@main.group("db")
+def db_group() -> None:
+    """The database (embedded unless DATABASE_URL is set)."""
+
+
+@db_group.command("start")
+def db_start() -> None:
+    """Start the embedded server (no-op with DATABASE_URL) and print its URL."""
+    click.echo(_app_url())
+
+
+@db_group.command("stop")
+def db_stop() -> None:
+    """Stop the embedded server."""
+    from rag_pipeline.store import db
+
+    settings = get_settings()
+    if settings.database_url:
+        raise CliError("DATABASE_URL is set: that server is not ours to stop")
+    click.echo("stopped" if db.stop_embedded(settings) else "not running")
+
+
+@db_group.command("url")
+@click.option("--database", default="rag", show_default=True, help="rag (the index) or dagster (its storage).")
+def db_url(database: str) -> None:
+    """Print a connection URL (starts the embedded server if needed)."""
+    from rag_pipeline.store import db
+
+    url = db.server_url(get_settings(), database)
+    db.ensure_database(url)
+    click.echo(url)
+
+
+@db_group.command("migrate")
+def db_migrate() -> None:
+    """Apply the numbered migrations in sql/ that have not run yet."""
+    from rag_pipeline.store import db
+
+    url = db.server_url(get_settings())
+    applied = db.prepare(url)
+    click.echo(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8800, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=int)
+def webhook(host: str, port: int, workers: int) -> None:
+    """Serve the crawler webhook (POST /webhook, GET /healthz)."""
+    import uvicorn
+
+    settings = get_settings()
+    if not settings.webhook_token and not settings.webhook_allow_no_token:
+        raise CliError("WEBHOOK_TOKEN is not set (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
+    uvicorn.run("webhook_sensor.main:app", host=host, port=port, workers=workers, log_level="info")
+
+
+@main.command()
+@click.argument("question")
+@click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def search(question: str, k: int, as_json: bool) -> None:
+    """Top-k passages of live pages for QUESTION, with their freshness."""
+    from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.store import db, search as search_store, spaces
+
+    if not question.strip():
+        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    url = _app_url()
+    with db.connection(url) as conn:
+        space = spaces.active(conn)
+        if space is None:
+            raise CliError("the index is empty: no embedding space yet (deliver and index some pages first)")
+        embedder = make_embedder(get_settings())
+        if (embedder.model, embedder.dimensions) != (space.model, space.dimensions):
+            raise CliError(
+                f"the index was built with {space.model} ({space.dimensions} dims) but the configured "
+                f"embedder is {embedder.model} ({embedder.dimensions} dims)"
+            )
+        vector = embedder.embed([question]).vectors[0]
+        hits = search_store.nearest(conn, space, vector, k)
+    if as_json:
+        click.echo(json.dumps({"question": question, "results": [h.as_dict() for h in hits]}, indent=2))
+        return
+    if not hits:
+        click.echo("no results")
+    for n, hit in enumerate(hits, 1):
+        d = hit.as_dict()
+        click.echo(f"[{n}] {hit.url}  (score {d['score']})")
+        click.echo(f"    verified {d['last_verified_at']}  changed {d['last_changed_at']}")
+        click.echo(f"    {hit.excerpt}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+def status(as_json: bool) -> None:
+    """Pages, deliveries by outcome, and what embedding cost and saved."""
+    from rag_pipeline.store import db, deliveries, pages
+
+    url = _app_url()
+    with db.connection(url) as conn:
+        page_counts = pages.counts(conn)
+        outcome_counts = deliveries.outcome_counts(conn)
+        ledger = conn.execute(
+            "SELECT coalesce(sum(chunks_total),0), coalesce(sum(chunks_embedded),0),"
+            " coalesce(sum(tokens_embedded),0), coalesce(sum(tokens_reused),0), coalesce(sum(requests),0)"
+            " FROM embedding_ledger"
+        ).fetchone()
+        chunk_count = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    report = {
+        "pages": page_counts,
+        "chunks": chunk_count,
+        "deliveries": outcome_counts,
+        "embedding": dict(zip(
+            ["chunks_switched", "chunks_embedded", "tokens_embedded", "tokens_reused", "requests"],
+            [int(v) for v in ledger],
+        )),
+    }
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    for section, values in report.items():
+        if isinstance(values, dict):
+            click.echo(f"{section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+        else:
+            click.echo(f"{section}: {values}")
+
+
+@main.command()
+@click.argument("url")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--webhook", "webhook_url", default="http://127.0.0.1:8800/webhook", show_default=True)
+@click.option("--status", "original_status", default=200, show_default=True, type=int)
+@click.option("--rid", default=None, help="Request id (default: a new UUID).")
+def deliver(url: str, file: Path, webhook_url: str, original_status: int, rid: str | None) -> None:
+    """POST FILE to the webhook as the crawler would deliver URL (gzip'd markdown)."""
+    import httpx
+
+    settings = get_settings()
+    headers = {
+        "rid": rid or uuid.uuid4().hex,
+        "url": url,
+        "Original-Status": str(original_status),
+        "CB-Status": "200",
+        "Content-Encoding": "gzip",
+        "Content-Type": "text/markdown; charset=utf-8",
+    }
+    params = {"token": settings.webhook_token} if settings.webhook_token else {}
+    try:
+        resp = httpx.post(webhook_url, params=params, headers=headers,
+                          content=gzip.compress(file.read_bytes()), timeout=30)
+    except httpx.HTTPError as exc:
+        raise CliError(f"cannot reach the webhook at {webhook_url}: {exc}") from exc
+    if resp.status_code != 200:
+        raise CliError(f"webhook answered {resp.status_code}: {resp.text}")
+    click.echo(resp.text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The index of one page, as three assets on the `pages` partitions (key: normalized URL)."""
+
+
+import dagster as dg
+
+from rag_pipeline.core.chunking import CHUNKER_VERSION
+from rag_pipeline.defs.index.partitions import pages_partitions
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.embedders.base import PoisonedInputError
+from rag_pipeline.ingest import indexing
+from rag_pipeline.settings import get_settings
+
+GROUP = "index"
+
+
+@dg.asset(
+    partitions_def=pages_partitions,
+    group_name=GROUP,
+    kinds={"postgres"},
+)
+def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+    """The newest crawled content of a page, normalized: the source every chunk is cut from.
+
+    Kept in full so that a new chunker re-cuts pages without recrawling them.
+    """
+    settings = get_settings()
+    with postgres.connect() as conn:
+        result = indexing.take_newest_delivery(conn, context.partition_key, settings.webhook_max_page_bytes)
+    return dg.MaterializeResult(
+        metadata={
+            "status": result.status,
+            "source_hash": result.source_hash or "",
+            "delivery_id": result.delivery_id or 0,
+            "chars": result.chars,
+            "deliveries_superseded": result.superseded,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=pages_partitions,
+    group_name=GROUP,
+    deps=[pages],
+    code_version=CHUNKER_VERSION,
+    kinds={"postgres"},
+)
+def chunks(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+) -> dg.MaterializeResult:
+    """A page cut into passages at headings and paragraph breaks, each small enough to embed.
+
+    Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
+    """
+    max_tokens, overlap_tokens = embedder.settings().chunk_budget()
+    with postgres.connect() as conn:
+        result = indexing.stage_chunks(conn, context.partition_key, max_tokens, overlap_tokens)
+    return dg.MaterializeResult(
+        metadata={
+            "source_hash": result.source_hash or "",
+            "chunks": result.chunks,
+            "tokens": result.tokens,
+            "chunker_version": CHUNKER_VERSION,
+            "max_tokens": max_tokens,
+            "overlap_tokens": overlap_tokens,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=pages_partitions,
+    group_name=GROUP,
+    deps=[chunks],
+    kinds={"postgres", "openai"},
+    pool="embedding_api",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+)
+def embeddings(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+) -> dg.MaterializeResult:
+    """What search sees of a page: its chunks with a vector each in the active embedding space.
+
+    Only text never embedded before is sent to the model; the page switches in one transaction.
+    """
+    with postgres.connect() as conn:
+        try:
+            result = indexing.embed_and_switch(conn, context.partition_key, embedder.get(), context.run_id)
+        except PoisonedInputError as exc:
+            # The same text would be refused again: retrying costs money and changes nothing.
+            raise dg.Failure(description=str(exc), allow_retries=False) from exc
+    return dg.MaterializeResult(
+        metadata={
+            "status": result.status,
+            "source_hash": result.source_hash or "",
+            "chunks_total": result.chunks_total,
+            "chunks_embedded": result.chunks_embedded,
+            "tokens_embedded": result.tokens_embedded,
+            "tokens_reused": result.tokens_reused,
+            "requests": result.requests,
+            "inputs_truncated": result.truncated,
+        }
+    )

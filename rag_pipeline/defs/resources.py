@@ -1,0 +1,76 @@
+"""Resources shared by every definition: the Postgres database and the embedder."""
+
+
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+import dagster as dg
+import psycopg
+
+from rag_pipeline.embedders.base import Embedder
+from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline.store import db
+
+_prepared: set[str] = set()
+_prepared_lock = threading.Lock()
+_embedders: dict[tuple, Embedder] = {}
+_embedders_lock = threading.Lock()
+
+
+class PostgresResource(dg.ConfigurableResource):
+    """The index database. Unset URL: DATABASE_URL, else the embedded server under RAG_HOME."""
+
+    database_url: str | None = None
+
+    def url(self) -> str:
+        url = self.database_url or db.server_url(get_settings())
+        with _prepared_lock:
+            if url not in _prepared:
+                db.prepare(url)  # idempotent: creates the database and applies migrations once
+                _prepared.add(url)
+        return url
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        with db.connection(self.url()) as conn:
+            yield conn
+
+
+class EmbedderResource(dg.ConfigurableResource):
+    """The embedding model. Unset fields fall back to the environment (see README)."""
+
+    provider: str | None = None
+    model: str | None = None
+    dimensions: int | None = None
+    base_url: str | None = None
+
+    def settings(self) -> Settings:
+        base = get_settings()
+        overrides = {
+            "embedding_provider": self.provider,
+            "embedding_model": self.model,
+            "embedding_dimensions": self.dimensions,
+            "openai_base_url": self.base_url,
+        }
+        return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+    def get(self) -> Embedder:
+        from rag_pipeline.embedders.factory import make_embedder
+
+        settings = self.settings()
+        key = (settings.resolved_embedding_provider(), settings.embedding_model,
+               settings.embedding_dimensions, settings.openai_base_url)
+        with _embedders_lock:
+            if key not in _embedders:
+                _embedders[key] = make_embedder(settings)
+            return _embedders[key]
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(
+        resources={"postgres": PostgresResource(), "embedder": EmbedderResource()},
+        # One process per run: a page run costs ~2.5 s in process against ~8 s multiprocess.
+        executor=dg.in_process_executor,
+    )

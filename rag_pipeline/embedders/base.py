@@ -1,0 +1,88 @@
+"""The embedder contract shared by the OpenAI client, the offline local model and the test embedder.
+
+Every provider returns L2-normalised vectors in input order, plus the cost figures
+(tokens, requests, retries) that the run metadata and the token ledger record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class EmbeddingError(RuntimeError):
+    """Embedding failed; nothing in the call's result may be trusted unless a subclass says so."""
+
+
+class PoisonedInputError(EmbeddingError):
+    """Some inputs were rejected by the server while the others were embedded.
+
+    Raised only after every other input went through, so the caller can store the good
+    vectors (``vectors[i]`` is None exactly for ``i`` in ``indices``) and report the bad
+    inputs instead of failing the whole page on one of them.
+    """
+
+    def __init__(
+        self,
+        indices: list[int],
+        reason: str,
+        *,
+        reasons: dict[int, str] | None = None,
+        vectors: list[list[float] | None] | None = None,
+        tokens: int = 0,
+        requests: int = 0,
+        retries: int = 0,
+    ) -> None:
+        self.indices: list[int] = sorted(indices)
+        #: The server's reason for the first bad input (see ``reasons`` for each one).
+        self.reason: str = reason
+        self.reasons: dict[int, str] = dict(reasons) if reasons else {i: reason for i in indices}
+        #: Partial results, in input order; None for the rejected inputs.
+        self.vectors: list[list[float] | None] = vectors if vectors is not None else []
+        self.tokens = tokens
+        self.requests = requests
+        self.retries = retries
+        shown = ", ".join(str(i) for i in self.indices[:20])
+        more = f" (+{len(self.indices) - 20} more)" if len(self.indices) > 20 else ""
+        super().__init__(
+            f"{len(self.indices)} input(s) rejected by the embedding server "
+            f"at index {shown}{more}: {reason}"
+        )
+
+    def good_vectors(self) -> dict[int, list[float]]:
+        """The vectors that were embedded, by input index, ready to be stored."""
+        return {i: v for i, v in enumerate(self.vectors) if v is not None}
+
+
+@dataclass
+class EmbedResult:
+    """Vectors in input order plus what they cost, for run metadata and the token ledger.
+
+    ``tokens`` is what the provider processed (billed usage for OpenAI, wordpieces fed to
+    the model for the local one, cl100k tokens for the hash embedder); ``requests`` counts
+    every call to the backend, including failed and retried ones; ``retries`` is how many
+    of those were re-sends after a transient failure. ``truncated`` counts inputs the
+    provider had to cut to fit its window (only the local model ever does; see LocalEmbedder).
+    """
+
+    vectors: list[list[float]]
+    tokens: int
+    requests: int
+    retries: int
+    truncated: int = 0
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """An embedding space and a way to put texts into it.
+
+    ``model`` names the space (vectors from different models are never compared), and
+    ``dimensions`` is fixed before the first call so that tables and indexes can be sized.
+    """
+
+    model: str
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> EmbedResult:
+        """Embed ``texts``; vectors come back in input order, L2-normalised. Empty list: no work."""
+        ...

@@ -1,0 +1,326 @@
+"""OpenAI (or any OpenAI-compatible server) embeddings, with the batching and retries done here.
+
+The official client's own retries are disabled so that one place decides what is retried,
+how long to wait, and what gets counted: every request and retry goes into the run's
+metadata and the token ledger. Inputs are validated before anything is sent (an input over
+the model's window is an error, never silently truncated), packed into token-aware batches,
+and a batch rejected with a 400 is bisected so one bad input does not cost the others.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens
+from rag_pipeline.embedders.base import EmbeddingError, EmbedResult, PoisonedInputError
+
+log = logging.getLogger(__name__)
+
+#: Native output size of OpenAI's embedding models.
+KNOWN_DIMENSIONS: dict[str, int] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+#: OpenAI's per-request limits for /v1/embeddings.
+OPENAI_MAX_INPUTS_PER_REQUEST = 2048
+OPENAI_MAX_TOKENS_PER_REQUEST = 300_000
+# Bisection's circuit breaker: this many inputs rejected alone and none accepted.
+_REJECTIONS_BEFORE_GIVING_UP = 8
+
+
+def _supports_dimensions(model: str) -> bool:
+    """Only the v3 models accept the `dimensions` parameter (ada-002 rejects it)."""
+    return model.startswith("text-embedding-3")
+
+
+def _is_retryable_status(status: int) -> bool:
+    # The same set the official client retries: timeouts, lock conflicts, rate limits, server errors.
+    return status in (408, 409, 429) or status >= 500
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms`, else `retry-after` (seconds or HTTP date)."""
+    if not headers:
+        return None
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            value = float(raw_ms) / 1000.0
+            if math.isfinite(value) and value >= 0:
+                return value
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+        return value if math.isfinite(value) and value >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_reason(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(body) if body else exc.message
+
+
+class _InputRejected(Exception):
+    """A 400 that may be caused by the inputs of the request (so bisecting can find them)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _CallState:
+    vectors: list[list[float] | None]
+    tokens: int = 0
+    requests: int = 0
+    retries: int = 0
+    rejected: dict[int, str] = field(default_factory=dict)
+
+
+class OpenAIEmbedder:
+    """Embeddings from /v1/embeddings via the official client, batched, retried and counted here."""
+
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        dimensions: int | None = None,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 6,
+        max_inputs_per_request: int = OPENAI_MAX_INPUTS_PER_REQUEST,
+        max_tokens_per_request: int = OPENAI_MAX_TOKENS_PER_REQUEST,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        retry_after_max_s: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not api_key:
+            raise EmbeddingError("the OpenAI embedder needs an API key (OPENAI_API_KEY)")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if max_inputs_per_request < 1 or max_tokens_per_request < 1:
+            raise ValueError("max_inputs_per_request and max_tokens_per_request must be >= 1")
+        native = KNOWN_DIMENSIONS.get(model)
+        if dimensions is not None:
+            if dimensions < 1:
+                raise ValueError(f"dimensions must be >= 1, got {dimensions}")
+            if native is not None and dimensions > native:
+                raise EmbeddingError(f"{model} has {native} dimensions; cannot ask for {dimensions}")
+            if native is not None and not _supports_dimensions(model) and dimensions != native:
+                raise EmbeddingError(f"{model} does not support `dimensions`; it always returns {native}")
+        elif native is None:
+            raise EmbeddingError(
+                f"unknown embedding model {model!r}: set its output size explicitly "
+                "(EMBEDDING_DIMENSIONS) so the vector tables can be sized"
+            )
+        self.model: str = model
+        self.dimensions: int = dimensions if dimensions is not None else native  # type: ignore[assignment]
+        # Sent only when asked for, and only to models that accept it.
+        self._send_dimensions = dimensions is not None and _supports_dimensions(model)
+        self.max_retries = max_retries
+        self.max_inputs_per_request = max_inputs_per_request
+        self.max_tokens_per_request = max_tokens_per_request
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.retry_after_max_s = retry_after_max_s
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._client = openai.OpenAI(
+            api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0
+        )
+
+    # -- public ------------------------------------------------------------------------
+
+    def embed(self, texts: list[str]) -> EmbedResult:
+        """Embed all texts, or raise: EmbeddingError (nothing usable) or PoisonedInputError (partial)."""
+        if not texts:
+            return EmbedResult(vectors=[], tokens=0, requests=0, retries=0)
+        counts = self._validate(texts)
+        state = _CallState(vectors=[None] * len(texts))
+        for batch in self.plan_batches(counts):
+            self._embed_or_bisect(batch, texts, counts, state)
+        if state.rejected:
+            first = min(state.rejected)
+            log.error(
+                "embedding server rejected %d input(s) at %s: %s",
+                len(state.rejected), sorted(state.rejected)[:20], state.rejected[first],
+            )
+            raise PoisonedInputError(
+                sorted(state.rejected),
+                state.rejected[first],
+                reasons=state.rejected,
+                vectors=state.vectors,
+                tokens=state.tokens,
+                requests=state.requests,
+                retries=state.retries,
+            )
+        return EmbedResult(
+            vectors=[v for v in state.vectors if v is not None],
+            tokens=state.tokens,
+            requests=state.requests,
+            retries=state.retries,
+        )
+
+    def plan_batches(self, token_counts: list[int]) -> list[list[int]]:
+        """Consecutive indices packed under both per-request limits (an oversized input goes alone)."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        budget = 0
+        for i, n in enumerate(token_counts):
+            if current and (
+                len(current) >= self.max_inputs_per_request or budget + n > self.max_tokens_per_request
+            ):
+                batches.append(current)
+                current, budget = [], 0
+            current.append(i)
+            budget += n
+        if current:
+            batches.append(current)
+        return batches
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _validate(self, texts: list[str]) -> list[int]:
+        """Refuse what the API would refuse, before any request (and before any cost)."""
+        bad_type = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if bad_type:
+            raise EmbeddingError(f"inputs must be strings; not at index {bad_type[:20]}")
+        empty = [i for i, t in enumerate(texts) if not t]
+        if empty:
+            raise EmbeddingError(f"empty input at index {empty[:20]}: the embeddings API rejects empty strings")
+        counts = [count_tokens(t) for t in texts]
+        too_long = [(i, n) for i, n in enumerate(counts) if n > MAX_EMBED_INPUT_TOKENS]
+        if too_long:
+            shown = ", ".join(f"#{i} ({n} tokens)" for i, n in too_long[:20])
+            raise EmbeddingError(
+                f"{len(too_long)} input(s) exceed {MAX_EMBED_INPUT_TOKENS} tokens: {shown}; "
+                "they are never truncated here: the chunker must split them"
+            )
+        return counts
+
+    def _embed_or_bisect(
+        self, batch: list[int], texts: list[str], counts: list[int], state: _CallState
+    ) -> None:
+        try:
+            vectors, tokens = self._request([texts[i] for i in batch], state)
+        except _InputRejected as exc:
+            if len(batch) == 1:
+                state.rejected[batch[0]] = exc.reason
+                if len(state.rejected) >= _REJECTIONS_BEFORE_GIVING_UP and not any(state.vectors):
+                    # Every input fails alone: the request, not the inputs, is wrong. Stop
+                    # before bisecting spends ~2 requests per input to prove it.
+                    raise EmbeddingError(
+                        f"the embedding server rejects every input ({len(state.rejected)} tried alone, "
+                        f"none accepted): {exc.reason}"
+                    ) from exc
+                return
+            log.warning("a batch of %d was rejected (%s); bisecting to find the bad input(s)", len(batch), exc.reason)
+            mid = len(batch) // 2
+            self._embed_or_bisect(batch[:mid], texts, counts, state)
+            self._embed_or_bisect(batch[mid:], texts, counts, state)
+            return
+        for i, v in zip(batch, vectors):
+            state.vectors[i] = v
+        state.tokens += tokens if tokens is not None else sum(counts[i] for i in batch)
+
+    def _request(self, inputs: list[str], state: _CallState) -> tuple[list[list[float]], int | None]:
+        """One logical request with bounded retries; returns vectors in order and billed tokens."""
+        kwargs: dict[str, Any] = {"model": self.model, "input": inputs}
+        if self._send_dimensions:
+            kwargs["dimensions"] = self.dimensions
+        attempt = 0
+        while True:
+            state.requests += 1
+            retry_after: float | None = None
+            try:
+                response = self._client.embeddings.create(**kwargs)
+                return self._parse(response, len(inputs))
+            except openai.APIStatusError as exc:
+                status, reason = exc.status_code, _error_reason(exc)
+                if status == 400:
+                    # A 400 about a request parameter is our configuration, not an input.
+                    if exc.param and exc.param != "input":
+                        raise EmbeddingError(f"embedding request refused (param {exc.param!r}): {reason}") from exc
+                    raise _InputRejected(reason) from exc
+                if status == 429 and exc.code == "insufficient_quota":
+                    raise EmbeddingError(f"OpenAI quota exhausted (HTTP 429 insufficient_quota): {reason}") from exc
+                if not _is_retryable_status(status):
+                    raise EmbeddingError(f"embedding request failed with HTTP {status}: {reason}") from exc
+                error: Exception = exc
+                description = f"HTTP {status}: {reason}"
+                retry_after = parse_retry_after(exc.response.headers)
+            except openai.APITimeoutError as exc:
+                error, description = exc, "timed out"
+            except openai.APIConnectionError as exc:
+                error, description = exc, f"connection error: {exc.__cause__ or exc}"
+            except openai.OpenAIError as exc:
+                raise EmbeddingError(f"embedding request failed: {exc}") from exc
+            if attempt >= self.max_retries:
+                raise EmbeddingError(
+                    f"embedding request gave up after {attempt} retries "
+                    f"({state.requests} requests so far): {description}"
+                ) from error
+            delay = self._backoff(attempt, retry_after)
+            log.warning(
+                "embedding request failed (%s); retry %d/%d in %.2fs", description, attempt + 1, self.max_retries, delay
+            )
+            self._sleep(delay)
+            attempt += 1
+            state.retries += 1
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Server's Retry-After when given (capped), else exponential backoff with full jitter."""
+        if retry_after is not None:
+            return min(retry_after, self.retry_after_max_s)
+        return self._rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * (2.0**attempt)))
+
+    def _parse(self, response: Any, expected: int) -> tuple[list[list[float]], int | None]:
+        data = list(getattr(response, "data", None) or [])
+        if len(data) != expected:
+            raise EmbeddingError(f"embedding server returned {len(data)} vectors for {expected} inputs")
+        by_index: dict[int, list[float]] = {}
+        for item in data:
+            index = item.index
+            if not isinstance(index, int) or not 0 <= index < expected or index in by_index:
+                raise EmbeddingError(f"embedding server returned a bad or duplicate index {index!r}")
+            vector = [float(x) for x in item.embedding]
+            if len(vector) != self.dimensions:
+                raise EmbeddingError(
+                    f"embedding server returned {len(vector)} dimensions, expected {self.dimensions} for {self.model}"
+                )
+            norm = math.sqrt(sum(x * x for x in vector))
+            if not math.isfinite(norm) or norm == 0.0:
+                raise EmbeddingError("embedding server returned a zero or non-finite vector")
+            by_index[index] = [x / norm for x in vector]
+        usage = getattr(response, "usage", None)
+        total = getattr(usage, "total_tokens", None) if usage is not None else None
+        # Some compatible servers omit usage or report 0: then our own cl100k count stands in.
+        tokens = total if isinstance(total, int) and total > 0 else None
+        return [by_index[i] for i in range(expected)], tokens

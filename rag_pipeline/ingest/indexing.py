@@ -1,0 +1,201 @@
+"""The three steps of a page run: take the newest delivery as source, stage chunks, embed and switch.
+
+Each step reads and writes Postgres only, so a step can be retried or re-run from the UI;
+the switch at the end of `embed_and_switch` is the only moment search sees anything change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+import psycopg
+
+from rag_pipeline.core.bodies import decode_stored
+from rag_pipeline.core.chunking import CHUNKER_VERSION, chunk_markdown
+from rag_pipeline.core.text import content_hash, default_boilerplate_rules, normalize_markdown
+from rag_pipeline.core.urls import chunk_id, page_id
+from rag_pipeline.embedders.base import Embedder, EmbeddingError, PoisonedInputError
+from rag_pipeline.store import chunks as chunk_store
+from rag_pipeline.store import deliveries, pages, spaces
+
+log = logging.getLogger(__name__)
+
+
+class PageNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    status: str                 # "updated", "current", "tombstoned"
+    source_hash: str | None
+    delivery_id: int | None
+    chars: int
+    superseded: int
+
+
+def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes: int) -> SourceResult:
+    """Make the newest queued delivery of this page its source text; older queued ones are superseded."""
+    pid = page_id(page_url)
+    newest = deliveries.newest_queued(conn, page_url)
+    text = digest = None
+    if newest is not None:
+        decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
+        text = normalize_markdown(decoded.text, default_boilerplate_rules(), url=page_url)
+        digest = content_hash(text)
+    with conn.transaction():
+        page = pages.get(conn, page_url, for_update=True)
+        if page is None:
+            raise PageNotFound(f"no page row for {page_url}: was it ever delivered?")
+        superseded = 0
+        if newest is not None and newest.id > (page.applied_delivery_id or 0):
+            pages.set_source(conn, pid, text, digest, newest.id, newest.original_status)
+            superseded = deliveries.supersede_older(conn, page_url, newest.id)
+            return SourceResult("updated", digest, newest.id, len(text), superseded)
+        if page.source_hash is None:
+            return SourceResult("tombstoned" if page.deleted_at else "empty", None,
+                                page.applied_delivery_id, 0, superseded)
+        return SourceResult("current", page.source_hash, page.source_delivery_id,
+                            len(page.source_text or ""), superseded)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    source_hash: str | None
+    chunks: int
+    tokens: int
+
+
+def embed_hash(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overlap_tokens: int) -> StageResult:
+    """Chunk the stored source text (never the crawler: re-chunking needs no recrawl)."""
+    pid = page_id(page_url)
+    page = pages.get(conn, page_url)
+    if page is None:
+        raise PageNotFound(f"no page row for {page_url}")
+    # A tombstone clears source_hash; a later 200 sets it again (and the switch revives the page).
+    if page.source_hash is None or page.source_text is None:
+        with conn.transaction():
+            conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (pid,))
+        return StageResult(None, 0, 0)
+    pieces = chunk_markdown(page.source_text, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    staged = [
+        chunk_store.StagedChunk(
+            chunk_id=chunk_id(page_url, c.index), chunk_index=c.index, content=c.content,
+            embed_text=c.embed_text, embed_hash=embed_hash(c.embed_text),
+            token_count=c.token_count, chunker_version=CHUNKER_VERSION,
+        )
+        for c in pieces
+    ]
+    with conn.transaction():
+        chunk_store.stage(conn, pid, page.source_hash, staged)
+    return StageResult(page.source_hash, len(staged), sum(c.token_count for c in staged))
+
+
+@dataclass(frozen=True)
+class SwitchResult:
+    status: str                 # "switched", "unchanged", "superseded", "tombstoned", "nothing staged"
+    chunks_total: int = 0
+    chunks_embedded: int = 0
+    tokens_embedded: int = 0
+    tokens_reused: int = 0
+    requests: int = 0
+    truncated: int = 0          # inputs the model had to cut to fit its window
+    source_hash: str | None = None
+    space_id: int | None = None
+
+
+def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder,
+                     run_id: str | None = None) -> SwitchResult:
+    """Embed only texts the active space has never seen, then swap the page in one transaction."""
+    pid = page_id(page_url)
+    page = pages.get(conn, page_url)
+    if page is None:
+        raise PageNotFound(f"no page row for {page_url}")
+    if page.source_hash is None:
+        return SwitchResult("tombstoned" if page.deleted_at else "nothing staged")
+    space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
+    staged = chunk_store.staged(conn, pid, page.source_hash)
+    if not staged:
+        if page.indexed_hash == page.source_hash:
+            return SwitchResult("unchanged", source_hash=page.source_hash, space_id=space.space_id)
+        if (page.source_text or "").strip():
+            # Never swap in an empty generation for a page that has text: that would erase it.
+            raise RuntimeError(
+                f"no staged chunks of {page_url} for source {page.source_hash[:12]}; "
+                "materialize `chunks` for this partition before `embeddings`"
+            )
+
+    # Vectors are content-addressed, so caching them before the switch is safe on any outcome.
+    unique: dict[bytes, chunk_store.StagedChunk] = {c.embed_hash: c for c in staged}
+    cached = chunk_store.cached_hashes(conn, space, list(unique))
+    missing = [c for h, c in unique.items() if h not in cached]
+    tokens_embedded = requests = truncated = 0
+    if missing:
+        try:
+            result = embedder.embed([c.embed_text for c in missing])
+        except PoisonedInputError as exc:
+            # Keep what was paid for; the page itself stays on its old version.
+            good = exc.good_vectors()
+            with conn.transaction():
+                chunk_store.cache_vectors(
+                    conn, space, [(missing[i].embed_hash, v, missing[i].token_count) for i, v in good.items()]
+                )
+            _record_failure(conn, page, f"embedding refused chunk(s) {exc.indices}: {exc.reason}")
+            raise
+        except EmbeddingError as exc:
+            _record_failure(conn, page, f"embedding failed: {exc}")
+            raise
+        tokens_embedded, requests, truncated = result.tokens, result.requests, result.truncated
+        with conn.transaction():
+            chunk_store.cache_vectors(
+                conn, space,
+                [(c.embed_hash, v, c.token_count) for c, v in zip(missing, result.vectors, strict=True)],
+            )
+    missing_hashes = {c.embed_hash for c in missing}
+    tokens_reused = sum(c.token_count for c in staged if c.embed_hash not in missing_hashes)
+
+    with conn.transaction():
+        locked = pages.get(conn, page_url, for_update=True)
+        # A newer delivery (content or tombstone) got in while we embedded: its own run applies it.
+        if locked is None or locked.source_hash != page.source_hash:
+            return SwitchResult("superseded", source_hash=page.source_hash, space_id=space.space_id)
+        live = chunk_store.swap_in(conn, pid, page.source_hash, space)
+        changed = locked.indexed_hash != locked.source_hash
+        conn.execute(
+            "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s,"
+            " last_verified_at = now(), deleted_at = NULL,"
+            " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
+            " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
+            " WHERE page_id = %s",
+            (CHUNKER_VERSION, changed, pid),
+        )
+        if locked.source_delivery_id is not None:
+            deliveries.mark(conn, locked.source_delivery_id, "embedded", page_url=page_url)
+            deliveries.supersede_older(conn, page_url, locked.source_delivery_id)
+        chunk_store.record_ledger(
+            conn, run_id=run_id, page_url=page_url, space=space, chunks_total=live,
+            chunks_embedded=len(missing), tokens_embedded=tokens_embedded,
+            tokens_reused=tokens_reused, requests=requests,
+        )
+    return SwitchResult(
+        "switched", chunks_total=live, chunks_embedded=len(missing), tokens_embedded=tokens_embedded,
+        tokens_reused=tokens_reused, requests=requests, truncated=truncated, source_hash=page.source_hash,
+        space_id=space.space_id,
+    )
+
+
+def _record_failure(conn: psycopg.Connection, page: pages.Page, error: str) -> None:
+    """Say on the delivery why its content is not searchable yet (the old version still is)."""
+    if page.source_delivery_id is None:
+        return
+    with conn.transaction():
+        conn.execute(
+            "UPDATE deliveries SET outcome = 'failed', error = %s WHERE id = %s AND outcome = 'queued'",
+            (error[:2000], page.source_delivery_id),
+        )

@@ -1,0 +1,100 @@
+"""Routing: what the delivery sensor does with each new delivery, in receipt order.
+
+Cheap outcomes are settled right here (unchanged, tombstone, skipped, superseded); only a
+new or changed page becomes work for a run. Everything for one page happens under its row
+lock, so routing and a run's switch never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import psycopg
+
+from rag_pipeline.core.bodies import BodyError, decode_stored
+from rag_pipeline.core.delivery import Verdict, classify
+from rag_pipeline.core.text import content_hash, default_boilerplate_rules, normalize_markdown
+from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
+from rag_pipeline.store import deliveries, pages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueuedPage:
+    page_url: str
+    delivery_id: int
+
+
+@dataclass
+class RoutingResult:
+    queued: list[QueuedPage] = field(default_factory=list)
+    outcomes: Counter = field(default_factory=Counter)
+
+    @property
+    def routed(self) -> int:
+        return sum(self.outcomes.values())
+
+
+def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int) -> RoutingResult:
+    """Route up to `limit` unrouted deliveries in one transaction (one savepoint each)."""
+    result = RoutingResult()
+    rules = default_boilerplate_rules()
+    with conn.transaction():
+        for delivery in deliveries.claim_unrouted(conn, limit):
+            try:
+                with conn.transaction():
+                    outcome = _route_one(conn, delivery, rules, max_page_bytes, result)
+            except (BodyError, InvalidURL) as exc:
+                # A stored body the receiver accepted should decode; if not, say so and move on.
+                outcome = "failed"
+                deliveries.mark(conn, delivery.id, "failed", error=str(exc))
+            result.outcomes[outcome] += 1
+    return result
+
+
+def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> str:
+    page_url = normalize_url(delivery.url)
+    pid = page_id(page_url)
+    verdict = classify(delivery.crawler_status, delivery.original_status)
+    page = pages.get(conn, page_url, for_update=True)
+
+    # Receipt order: a delivery older than what the page already shows (or has queued) is history.
+    if page is not None and (page.applied_delivery_id or 0) > delivery.id:
+        deliveries.mark(conn, delivery.id, "superseded", page_url=page_url)
+        return "superseded"
+
+    if verdict is Verdict.SKIP:
+        deliveries.mark(
+            conn, delivery.id, "skipped", page_url=page_url,
+            error=f"crawler status {delivery.crawler_status}, site status {delivery.original_status}",
+        )
+        return "skipped"
+
+    if verdict is Verdict.TOMBSTONE:
+        pages.tombstone(conn, pid, page_url, delivery.id, delivery.original_status)
+        deliveries.supersede_older(conn, page_url, delivery.id)
+        deliveries.mark(conn, delivery.id, "deleted", page_url=page_url)
+        return "deleted"
+
+    decoded = decode_stored(delivery.body, delivery.body_encoding, max_page_bytes)
+    text = normalize_markdown(decoded.text, rules, url=page_url)
+    digest = content_hash(text)
+    if (
+        page is not None
+        and page.deleted_at is None
+        and page.indexed_hash == digest
+        and not deliveries.has_queued(conn, page_url)
+    ):
+        pages.stamp_verified(conn, pid, delivery.id, delivery.original_status)
+        deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url)
+        return "unchanged"
+
+    if page is None:
+        pages.ensure(conn, pid, page_url)
+    note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
+    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note)
+    result.queued.append(QueuedPage(page_url, delivery.id))
+    return "queued"

@@ -1,0 +1,99 @@
+"""The pages table: one row per normalized URL, with its source text and freshness stamps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row
+
+
+@dataclass
+class Page:
+    page_id: UUID
+    url: str
+    source_text: str | None
+    source_hash: str | None
+    source_delivery_id: int | None
+    indexed_hash: str | None
+    applied_delivery_id: int | None
+    original_status: int | None
+    first_seen_at: datetime
+    last_crawled_at: datetime | None
+    last_verified_at: datetime | None
+    last_changed_at: datetime | None
+    deleted_at: datetime | None
+    chunker_version: str | None
+
+
+_COLUMNS = (
+    "page_id, url, source_text, source_hash, source_delivery_id, indexed_hash, applied_delivery_id,"
+    " original_status, first_seen_at, last_crawled_at, last_verified_at, last_changed_at,"
+    " deleted_at, chunker_version"
+)
+
+
+def get(conn: psycopg.Connection, url: str, *, for_update: bool = False) -> Page | None:
+    """The page row; `for_update` takes the row lock that serializes every change to one page."""
+    lock = " FOR UPDATE" if for_update else ""
+    with conn.cursor(row_factory=class_row(Page)) as cur:
+        cur.execute(f"SELECT {_COLUMNS} FROM pages WHERE url = %s{lock}", (url,))
+        return cur.fetchone()
+
+
+def ensure(conn: psycopg.Connection, page_id: UUID, url: str) -> None:
+    conn.execute(
+        "INSERT INTO pages (page_id, url) VALUES (%s, %s) ON CONFLICT (page_id) DO NOTHING",
+        (page_id, url),
+    )
+
+
+def stamp_verified(conn: psycopg.Connection, page_id: UUID, delivery_id: int,
+                   original_status: int | None) -> None:
+    """An unchanged crawl: the page is confirmed fresh, and nothing else moves."""
+    conn.execute(
+        "UPDATE pages SET last_verified_at = now(), last_crawled_at = now(),"
+        " applied_delivery_id = greatest(applied_delivery_id, %s), original_status = %s"
+        " WHERE page_id = %s",
+        (delivery_id, original_status, page_id),
+    )
+
+
+def tombstone(conn: psycopg.Connection, page_id: UUID, url: str, delivery_id: int,
+              original_status: int | None) -> int:
+    """Take the page out of search at once; the row stays with `deleted_at`. Returns chunks removed."""
+    conn.execute(
+        "INSERT INTO pages (page_id, url) VALUES (%s, %s) ON CONFLICT (page_id) DO NOTHING",
+        (page_id, url),
+    )
+    removed = conn.execute("DELETE FROM chunks WHERE page_id = %s", (page_id,)).rowcount
+    conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (page_id,))
+    conn.execute(
+        "UPDATE pages SET deleted_at = coalesce(deleted_at, now()), indexed_hash = NULL,"
+        " source_hash = NULL, last_crawled_at = now(), last_verified_at = now(),"
+        " applied_delivery_id = greatest(applied_delivery_id, %s), original_status = %s"
+        " WHERE page_id = %s",
+        (delivery_id, original_status, page_id),
+    )
+    return removed
+
+
+def set_source(conn: psycopg.Connection, page_id: UUID, text: str, source_hash: str,
+               delivery_id: int, original_status: int | None) -> None:
+    conn.execute(
+        "UPDATE pages SET source_text = %s, source_hash = %s, source_delivery_id = %s,"
+        " original_status = %s, last_crawled_at = now() WHERE page_id = %s",
+        (text, source_hash, delivery_id, original_status, page_id),
+    )
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL),"
+        " count(*) FILTER (WHERE deleted_at IS NOT NULL),"
+        " count(*) FILTER (WHERE deleted_at IS NULL AND indexed_hash IS DISTINCT FROM source_hash)"
+        " FROM pages"
+    ).fetchone()
+    return {"indexed": row[0], "tombstoned": row[1], "pending": row[2]}

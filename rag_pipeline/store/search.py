@@ -1,0 +1,68 @@
+"""Nearest chunks of live pages in the active space: one HNSW index scan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from rag_pipeline.store.spaces import Space
+
+EXCERPT_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Citation:
+    url: str
+    excerpt: str
+    content: str
+    chunk_index: int
+    distance: float
+    last_verified_at: datetime | None
+    last_changed_at: datetime | None
+
+    def as_dict(self) -> dict:
+        return {
+            "url": self.url,
+            "excerpt": self.excerpt,
+            "chunk_index": self.chunk_index,
+            "score": round(1.0 - self.distance, 4),
+            "last_verified_at": self.last_verified_at.isoformat() if self.last_verified_at else None,
+            "last_changed_at": self.last_changed_at.isoformat() if self.last_changed_at else None,
+        }
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat.rfind(" ", 0, limit)
+    return flat[: cut if cut > limit // 2 else limit] + "…"
+
+
+def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> list[Citation]:
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    vec = np.asarray(query_vector, dtype=np.float32)
+    if vec.shape != (space.dimensions,):
+        raise ValueError(f"query vector has {vec.shape} dims, space has {space.dimensions}")
+    query = sql.SQL(
+        "SELECT p.url, c.content, c.chunk_index, (c.embedding{cast} <=> %(q)s{cast}) AS distance,"
+        "       p.last_verified_at, p.last_changed_at"
+        " FROM chunks c JOIN pages p ON p.page_id = c.page_id"
+        " WHERE c.space_id = %(space)s AND p.deleted_at IS NULL"
+        " ORDER BY c.embedding{cast} <=> %(q)s{cast} LIMIT %(k)s"
+    ).format(cast=space.cast())
+    with conn.transaction():
+        # Enough candidates for k results; relaxed iterative scan keeps filtering from starving k.
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(1000, max(40, 2 * k)))))
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        rows = conn.execute(query, {"q": vec, "space": space.space_id, "k": k}).fetchall()
+    return [
+        Citation(url=r[0], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2], distance=float(r[3]),
+                 last_verified_at=r[4], last_changed_at=r[5])
+        for r in rows
+    ]

@@ -1,0 +1,67 @@
+"""Shared fixtures: one real PostgreSQL+pgvector per test session, a fresh database per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from rag_pipeline.settings import get_settings
+from rag_pipeline.store import db
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """TEST_DATABASE_URL (any server with pgvector and CREATEDB), else an embedded pgserver."""
+    external = os.environ.get("TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    pgserver = db.import_pgserver()
+    pgdata = Path(tempfile.mkdtemp(prefix="rag-test-pg-"))
+    server = pgserver.get_server(pgdata, cleanup_mode="delete")
+    yield server.get_uri("postgres")
+    db.close_pools()
+    server.cleanup()
+    shutil.rmtree(pgdata, ignore_errors=True)
+
+
+@pytest.fixture
+def database_url(pg_server_url):
+    """A fresh, migrated database for one test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = db.with_database(pg_server_url, name)
+    db.prepare(url)
+    yield url
+    pool = db._pools.pop(url, None)
+    if pool is not None:
+        pool.close()
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def conn(database_url):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        from pgvector.psycopg import register_vector
+
+        register_vector(connection)
+        yield connection
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings(monkeypatch, tmp_path):
+    """Each test reads the environment anew, and never the developer's `.env` or RAG_HOME."""
+    monkeypatch.setenv("RAG_HOME", str(tmp_path / "rag_home"))
+    for var in ("DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "EMBEDDING_PROVIDER",
+                "EMBEDDING_MODEL", "EMBEDDING_DIMENSIONS", "WEBHOOK_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()

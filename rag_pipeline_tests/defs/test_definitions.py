@@ -1,0 +1,42 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from rag_pipeline_tests.harness import load_defs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_asset_graph_is_pages_chunks_embeddings():
+    graph = load_defs().resolve_asset_graph()
+    parents = {key.to_user_string(): {p.to_user_string() for p in graph.get(key).parent_keys}
+               for key in graph.get_all_asset_keys()}
+    assert parents == {"pages": set(), "chunks": {"pages"}, "embeddings": {"chunks"}}
+    for name in ("pages", "chunks", "embeddings"):
+        node = graph.get(dg.AssetKey(name))
+        assert node.partitions_def == dg.DynamicPartitionsDefinition(name="pages")
+
+
+def test_chunks_code_version_is_the_chunker_version():
+    from rag_pipeline.core.chunking import CHUNKER_VERSION
+
+    graph = load_defs().resolve_asset_graph()
+    assert graph.get(dg.AssetKey("chunks")).code_version == CHUNKER_VERSION
+
+
+def test_delivery_sensor_runs_by_default():
+    sensor = load_defs().resolve_sensor_def("delivery_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+
+
+def test_dagster_cli_validates_the_workspace(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    dagster = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

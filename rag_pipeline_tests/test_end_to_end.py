@@ -1,0 +1,158 @@
+"""The whole loop on real parts: receiver → deliveries → sensor → runs → pgvector → search."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner
+
+from rag_pipeline.cli import main as cli
+from rag_pipeline.core.chunking import chunk_markdown
+from rag_pipeline.core.text import default_boilerplate_rules, normalize_markdown
+from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.harness import TOKEN, Pipeline, deliver, load_defs
+from rag_pipeline_tests.servers import serve
+from webhook_sensor.app import create_app
+
+A_URL = "https://docs.example.com/guide/"
+A_KEY = "https://docs.example.com/guide"
+B_URL = "https://example.com/b"
+C_URL = "https://example.com/c"
+
+
+def section(title: str, topic: str, n: int) -> str:
+    paras = [
+        f"Paragraph {i} of {title} explains {topic} in detail, with the steps an operator follows, "
+        f"the settings that matter and the mistakes people make when they configure {topic} "
+        f"for the first time on a production cluster." * 3
+        for i in range(n)
+    ]
+    return f"## {title}\n\n" + "\n\n".join(paras)
+
+
+PAGE_A_V1 = "# Operator guide\n\n" + "\n\n".join(
+    [section("Installing", "the installer", 4), section("Upgrading", "rolling upgrades", 4),
+     section("Backups", "snapshot backups", 4)]
+)
+PAGE_A_V2 = PAGE_A_V1.replace(
+    "Paragraph 2 of Upgrading explains",
+    "Paragraph 2 of Upgrading now covers zebra-striped canary releases and explains",
+    1,
+)
+PAGE_B = "# Pricing\n\nThe quokka plan costs nine dollars a month and includes unlimited widgets."
+
+
+def embed_texts(markdown: str, url: str) -> set[str]:
+    text = normalize_markdown(markdown, default_boilerplate_rules(), url=url)
+    max_tokens, overlap = get_settings().chunk_budget()
+    return {c.embed_text for c in chunk_markdown(text, max_tokens, overlap)}
+
+
+@pytest.fixture
+def stack(database_url, monkeypatch):
+    """Real receiver on loopback, fake OpenAI on loopback, real Dagster instance."""
+    with FakeOpenAI(dimensions=256) as fake:
+        monkeypatch.setenv("DATABASE_URL", database_url)
+        monkeypatch.setenv("EMBEDDING_PROVIDER", "openai")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("EMBEDDING_DIMENSIONS", "256")
+        get_settings.cache_clear()
+        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
+        with serve(app, health_path="/healthz") as base, dg.instance_for_test() as instance:
+            yield base, fake, Pipeline(instance, load_defs())
+
+
+def page_row(conn, url):
+    return conn.execute(
+        "SELECT last_verified_at, last_changed_at, deleted_at, indexed_hash FROM pages WHERE url = %s", (url,)
+    ).fetchone()
+
+
+def search_json(question: str, k: int = 5) -> list[dict]:
+    result = CliRunner().invoke(cli, ["search", question, "--k", str(k), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["results"]
+
+
+def test_deliveries_become_cited_search_results(stack, conn):
+    base, fake, pipeline = stack
+
+    # A, new: one run, every chunk embedded once.
+    deliver(base, A_URL, PAGE_A_V1)
+    tick = pipeline.tick()
+    assert tick.partitions == [A_KEY]
+    assert pipeline.partitions() == [A_KEY]
+    v1_texts = embed_texts(PAGE_A_V1, A_KEY)
+    assert len(v1_texts) >= 3
+    assert sorted(fake.inputs) == sorted(v1_texts)
+    verified_1, changed_1, _, hash_1 = page_row(conn, A_KEY)
+
+    # A again, unchanged: no run, no embedding; verified moves, changed does not.
+    deliver(base, A_URL, PAGE_A_V1 + "\n\n\n")  # trailing blank lines normalize away
+    tick = pipeline.tick()
+    assert tick.partitions == []
+    verified_2, changed_2, _, hash_2 = page_row(conn, A_KEY)
+    assert verified_2 > verified_1 and changed_2 == changed_1 and hash_2 == hash_1
+    assert len(fake.inputs) == len(v1_texts)
+
+    # A changed: one run, and the embedder sees only the chunk texts that changed.
+    fake_before = len(fake.inputs)
+    deliver(base, A_URL, PAGE_A_V2)
+    tick = pipeline.tick()
+    assert tick.partitions == [A_KEY]
+    new_inputs = fake.inputs[fake_before:]
+    expected_new = embed_texts(PAGE_A_V2, A_KEY) - v1_texts
+    assert 1 <= len(expected_new) < len(v1_texts)
+    assert sorted(new_inputs) == sorted(expected_new)
+    _, changed_3, _, hash_3 = page_row(conn, A_KEY)
+    assert changed_3 > changed_2 and hash_3 != hash_2
+
+    # B, then B gone.
+    deliver(base, B_URL, PAGE_B)
+    assert pipeline.tick().partitions == [B_URL]
+    assert any(r["url"] == B_URL for r in search_json("quokka plan price"))
+    deliver(base, B_URL, "Not found", original_status=404)
+    assert pipeline.tick().partitions == []
+    assert page_row(conn, B_URL)[2] is not None  # deleted_at: the row stays
+    assert all(r["url"] != B_URL for r in search_json("quokka plan price", k=20))
+    assert conn.execute(
+        "SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s", (B_URL,)
+    ).fetchone()[0] == 0
+
+    # C with a crawler failure: recorded, nothing else.
+    deliver(base, C_URL, "upstream error", crawler_status=503)
+    assert pipeline.tick().partitions == []
+    assert conn.execute("SELECT count(*) FROM pages WHERE url = %s", (C_URL,)).fetchone()[0] == 0
+    assert conn.execute("SELECT outcome FROM deliveries WHERE url = %s", (C_URL,)).fetchone()[0] == "skipped"
+
+    # Exactly one run per new or changed page: A, A changed, B.
+    runs = pipeline.instance.get_runs()
+    assert len(runs) == 3
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    assert sorted(r.tags["dagster/partition"] for r in runs) == sorted([A_KEY, A_KEY, B_URL])
+
+    # Search cites A's new text with both timestamps.
+    hits = search_json("zebra-striped canary releases")
+    assert hits[0]["url"] == A_KEY
+    assert "zebra-striped" in hits[0]["excerpt"] or "zebra" in hits[0]["excerpt"]
+    assert hits[0]["last_verified_at"] and hits[0]["last_changed_at"]
+
+    outcomes = dict(conn.execute("SELECT outcome, count(*) FROM deliveries GROUP BY 1").fetchall())
+    assert outcomes == {"embedded": 3, "unchanged": 1, "deleted": 1, "skipped": 1}
+
+
+def test_same_delivery_five_times_concurrently_is_one_row_and_one_run(stack, conn):
+    base, _, pipeline = stack
+    with ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(lambda _: deliver(base, A_URL, PAGE_B, rid="rid-dup"), range(5)))
+    assert sorted(a.json()["status"] for a in answers) == ["duplicate"] * 4 + ["stored"]
+    assert conn.execute("SELECT count(*) FROM deliveries").fetchone()[0] == 1
+    tick = pipeline.tick()
+    assert tick.partitions == [A_KEY]
+    assert pipeline.tick().partitions == []
+    assert len(pipeline.instance.get_runs()) == 1

@@ -1,0 +1,146 @@
+"""The receiver against a real database: what it stores, what it refuses, and why."""
+
+from __future__ import annotations
+
+import gzip
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from rag_pipeline.settings import Settings
+from rag_pipeline_tests.servers import serve
+from webhook_sensor.app import create_app
+
+TOKEN = "s3cret-token"
+PAGE = b"# Title\n\nSome text about pgvector.\n"
+
+
+def headers(**extra) -> dict[str, str]:
+    base = {"rid": "rid-1", "url": "https://example.com/a", "Original-Status": "200", "CB-Status": "200",
+            "Content-Encoding": "gzip"}
+    base.update(extra)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+@pytest.fixture
+def client(database_url):
+    app = create_app(Settings(WEBHOOK_TOKEN=TOKEN, WEBHOOK_MAX_PAGE_BYTES=1_000_000), database_url=database_url)
+    with TestClient(app) as c:
+        yield c
+
+
+def rows(conn):
+    return conn.execute("SELECT rid, url, crawler_status, original_status, body_encoding FROM deliveries").fetchall()
+
+
+def post(client, *, token=TOKEN, body=gzip.compress(PAGE), **hdrs):
+    params = {"token": token} if token is not None else {}
+    return client.post("/webhook", params=params, headers=headers(**hdrs), content=body)
+
+
+def test_stores_a_gzip_delivery(client, conn):
+    resp = post(client)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["status"] == "stored"
+    assert rows(conn) == [("rid-1", "https://example.com/a", 200, 200, "gzip")]
+    body, = conn.execute("SELECT body FROM deliveries").fetchone()
+    assert gzip.decompress(body) == PAGE
+
+
+def test_plain_body_and_underscore_headers(client, conn):
+    h = {"rid": "r2", "url": "http://example.com/b", "original_status": "404", "pc_status": "200"}
+    resp = client.post("/webhook", params={"token": TOKEN}, headers=h, content=b"gone")
+    assert resp.status_code == 200, resp.text
+    assert rows(conn) == [("r2", "http://example.com/b", 200, 404, "identity")]
+
+
+def test_duplicate_rid_answers_200_and_adds_nothing(client, conn):
+    assert post(client).json()["status"] == "stored"
+    second = post(client)
+    assert second.status_code == 200 and second.json()["status"] == "duplicate"
+    assert len(rows(conn)) == 1
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong"])
+def test_bad_token_is_401_and_stores_nothing(client, conn, token):
+    resp = post(client, token=token)
+    assert resp.status_code == 401
+    assert "token" in resp.json()["error"]
+    assert rows(conn) == []
+
+
+def test_token_in_header_is_accepted(client, conn):
+    resp = client.post("/webhook", headers={**headers(), "X-Webhook-Token": TOKEN}, content=gzip.compress(PAGE))
+    assert resp.status_code == 200
+    assert len(rows(conn)) == 1
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"rid": None}, "rid"),
+        ({"url": None}, "url"),
+        ({"url": "ftp://example.com/x"}, "http"),
+        ({"Original-Status": "abc"}, "status"),
+    ],
+)
+def test_bad_headers_are_400_with_reason(client, conn, change, reason):
+    resp = post(client, **change)
+    assert resp.status_code == 400
+    assert reason in resp.json()["error"]
+    assert rows(conn) == []
+
+
+def test_corrupt_gzip_is_400(client, conn):
+    resp = post(client, body=b"\x1f\x8b\x08\x00garbage-not-deflate")
+    assert resp.status_code == 400
+    assert "gzip" in resp.json()["error"]
+    assert rows(conn) == []
+
+
+def test_empty_body_for_a_200_is_400(client, conn):
+    resp = post(client, body=gzip.compress(b"   \n"))
+    assert resp.status_code == 400
+    assert "empty" in resp.json()["error"]
+    assert rows(conn) == []
+
+
+def test_gzip_bomb_is_413(client, conn):
+    bomb = gzip.compress(b"\0" * 5_000_000)  # 5 MB out of ~5 KB, over the 1 MB cap of this app
+    resp = post(client, body=bomb)
+    assert resp.status_code == 413
+    assert rows(conn) == []
+
+
+def test_monitoring_probe_is_200_and_stores_nothing(client, conn):
+    resp = client.post("/webhook", params={"token": TOKEN},
+                       headers={"User-Agent": "Crawlbase Monitoring Bot 1.0", "rid": "dummyrequest"},
+                       content=b'{"anything": true}')
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "ignored"
+    assert rows(conn) == []
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_refuses_to_start_without_token():
+    with pytest.raises(RuntimeError, match="WEBHOOK_TOKEN"):
+        create_app(Settings())
+
+
+def test_same_delivery_posted_five_times_concurrently_is_one_row(database_url, conn):
+    app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
+    body = gzip.compress(PAGE)
+    with serve(app, health_path="/healthz") as base:
+        def send(_):
+            return httpx.post(f"{base}/webhook", params={"token": TOKEN}, headers=headers(rid="same"),
+                              content=body, timeout=10)
+        with ThreadPoolExecutor(5) as pool:
+            answers = list(pool.map(send, range(5)))
+    assert [a.status_code for a in answers] == [200] * 5
+    assert sorted(a.json()["status"] for a in answers) == ["duplicate"] * 4 + ["stored"]
+    assert len(rows(conn)) == 1
