@@ -79,15 +79,25 @@ def db_migrate() -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8800, show_default=True, type=int)
-@click.option("--workers", default=1, show_default=True, type=int)
-def webhook(host: str, port: int, workers: int) -> None:
-    """Serve the crawler webhook (POST /webhook, GET /healthz)."""
+@click.option("--workers", default=None, type=click.IntRange(1, 32),
+              help="uvicorn worker processes [default: WEBHOOK_WORKERS, 1]")
+def webhook(host: str, port: int, workers: int | None) -> None:
+    """Serve the crawler webhook (POST /webhook, GET /healthz, GET /metrics)."""
+    import os
+    import tempfile
+
     import uvicorn
 
     settings = get_settings()
     if not settings.webhook_token and not settings.webhook_allow_no_token:
         raise CliError("WEBHOOK_TOKEN is not set (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
-    uvicorn.run("webhook_sensor.main:app", host=host, port=port, workers=workers, log_level="info")
+    workers = workers or settings.webhook_workers
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker counts in its own process: a shared directory lets /metrics sum them all.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="rag-webhook-metrics-")
+    # access_log=False: the app writes its own JSON access lines, with the token left out.
+    uvicorn.run("webhook_sensor.main:app", host=host, port=port, workers=workers, log_level="info",
+                access_log=False)
 
 
 @main.command()
@@ -159,6 +169,32 @@ def status(as_json: bool) -> None:
             click.echo(f"{section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
         else:
             click.echo(f"{section}: {values}")
+
+
+@main.group()
+def backfill() -> None:
+    """Re-chunk backfills after a chunker or budget change."""
+
+
+@backfill.command("plan")
+@click.option("--json", "as_json", is_flag=True)
+def backfill_plan(as_json: bool) -> None:
+    """Price a re-chunk of outdated pages from stored text, without calling the embedder."""
+    from rag_pipeline.ingest.backfill import plan
+    from rag_pipeline.store import db, spaces
+
+    settings = get_settings()
+    max_tokens, overlap_tokens = settings.chunk_budget()
+    with db.connection(_app_url()) as conn:
+        result = plan(conn, spaces.active(conn), max_tokens, overlap_tokens)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    click.echo(f"chunker {result.signature}: {result.pages} page(s) to re-chunk")
+    click.echo(f"  chunks: {result.chunks_total} total, {result.chunks_to_embed} to embed")
+    click.echo(f"  tokens: {result.tokens_to_embed} to embed, {result.tokens_reused} reused")
+    if result.pages:
+        click.echo("  run it: turn on `rechunk_sensor` in the Dagster UI, or backfill the `rechunk` job")
 
 
 @main.command()

@@ -32,14 +32,47 @@ class Settings(BaseSettings):
     chunk_max_tokens: int | None = Field(default=None, alias="CHUNK_MAX_TOKENS", ge=32, le=8000)
     chunk_overlap_tokens: int | None = Field(default=None, alias="CHUNK_OVERLAP_TOKENS", ge=0, le=1000)
 
+    # Extra boilerplate rules (YAML, same format as rag_pipeline/config/boilerplate.yaml).
+    boilerplate_rules: Path | None = Field(default=None, alias="BOILERPLATE_RULES")
+
     # Webhook receiver.
     webhook_token: str | None = Field(default=None, alias="WEBHOOK_TOKEN")
     webhook_allow_no_token: bool = Field(default=False, alias="WEBHOOK_ALLOW_NO_TOKEN")
     webhook_max_body_bytes: int = Field(default=20 * 1024 * 1024, alias="WEBHOOK_MAX_BODY_BYTES")
     webhook_max_page_bytes: int = Field(default=50 * 1024 * 1024, alias="WEBHOOK_MAX_PAGE_BYTES")
+    # Connections per receiver process, and processes: sized for 2 cores (see README, bench/webhook_load.py).
+    webhook_pool_size: int = Field(default=4, alias="WEBHOOK_POOL_SIZE", ge=1, le=64)
+    webhook_workers: int = Field(default=1, alias="WEBHOOK_WORKERS", ge=1, le=32)
+    # One JSON line per request; refusals are logged whatever this says.
+    webhook_access_log: bool = Field(default=True, alias="WEBHOOK_ACCESS_LOG")
 
     # Delivery sensor.
     sensor_batch_size: int = Field(default=500, alias="SENSOR_BATCH_SIZE")
+
+    # Crawling (issue 4). `crawlbase` when a Crawlbase token is set, else the built-in `local` crawler.
+    crawler: Literal["crawlbase", "local"] | None = Field(default=None, alias="CRAWLER")
+    crawlbase_token: str | None = Field(default=None, alias="CRAWLBASE_TOKEN")
+    crawler_name: str | None = Field(default=None, alias="CRAWLER_NAME")
+    crawlbase_api_url: str = Field(default="https://api.crawlbase.com/", alias="CRAWLBASE_API_URL")
+    crawler_push_rate: float = Field(default=20.0, alias="CRAWLER_PUSH_RATE", gt=0)
+    crawler_push_concurrency: int = Field(default=8, alias="CRAWLER_PUSH_CONCURRENCY", ge=1, le=64)
+    crawler_push_max_retries: int = Field(default=5, alias="CRAWLER_PUSH_MAX_RETRIES", ge=0, le=20)
+    crawler_push_backoff_s: float = Field(default=0.5, alias="CRAWLER_PUSH_BACKOFF_S", ge=0)
+    crawler_page_wait_ms: int | None = Field(default=None, alias="CRAWLER_PAGE_WAIT_MS")
+    crawler_ajax_wait: bool = Field(default=False, alias="CRAWLER_AJAX_WAIT")
+    # The local crawler: where it delivers (unset: the receiver on WEBHOOK_PORT), and how politely.
+    crawler_callback_url: str | None = Field(default=None, alias="CRAWLER_CALLBACK_URL")
+    webhook_port: int = Field(default=8800, alias="WEBHOOK_PORT")
+    crawler_user_agent: str = Field(default="rag-pipeline-crawler/0.1 (+local)", alias="CRAWLER_USER_AGENT")
+    crawler_timeout_s: float = Field(default=30.0, alias="CRAWLER_TIMEOUT_S", gt=0)
+    crawler_per_host: int = Field(default=2, alias="CRAWLER_PER_HOST", ge=1, le=32)
+    crawler_delivery_retries: int = Field(default=5, alias="CRAWLER_DELIVERY_RETRIES", ge=0, le=20)
+    # Recrawls: pages pushed per sensor tick, cadence defaults, and crawler health thresholds.
+    recrawl_batch_size: int = Field(default=500, alias="RECRAWL_BATCH_SIZE", ge=1)
+    recrawl_interval_s: int = Field(default=60, alias="RECRAWL_INTERVAL_S", ge=1)
+    cadence_file: Path | None = Field(default=None, alias="CADENCE_FILE")
+    push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
+    crawler_waiting_max: int = Field(default=10_000, alias="CRAWLER_WAITING_MAX", ge=0)
 
     def chunk_budget(self) -> tuple[int, int]:
         """(max tokens, overlap tokens) of a chunk, in cl100k_base tokens.

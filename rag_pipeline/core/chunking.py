@@ -54,7 +54,7 @@ __all__ = [
 
 # Stored on every chunk and used as the Dagster code_version of the chunks asset: bump it
 # whenever a change here can change any chunk boundary or embed_text.
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "2"
 
 # Headings up to this level always start a new chunk; h4-h6 are only preferred cut points,
 # since cutting at every minor heading would make many tiny chunks.
@@ -580,16 +580,19 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                 # The overlap ends where the content starts, so overlap + content is itself
                 # a slice of the page: no separator is invented.
                 overlap = _tail_within(previous_content, overlap_tokens) if previous_content else ""
-                embed_text = crumb + overlap + content
+                # Trailing blank lines say nothing to the model, and would make the last chunk of
+                # a page differ from the same text followed by more page (a shorter page's tail).
+                body = content.rstrip() or content
+                embed_text = crumb + overlap + body
                 token_count = _count(embed_text)
                 limit = max_tokens + overlap_tokens + _count(crumb)
                 if token_count > limit:
                     # Token counts are not strictly additive across a join; drop the extras
                     # rather than ever exceed the promised budget.
-                    embed_text = crumb + content
+                    embed_text = crumb + body
                     token_count = _count(embed_text)
                     if token_count > limit:
-                        embed_text, token_count = content, _count(content)
+                        embed_text, token_count = body, _count(body)
                 chunks.append(
                     Chunk(
                         index=len(chunks),
@@ -603,3 +606,9 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                 )
                 previous_content = content
     return chunks
+
+
+def chunker_signature(max_tokens: int, overlap_tokens: int) -> str:
+    """What decides chunk boundaries: the code version and the budget. A page whose stored
+    signature differs is due for a re-chunk (from its stored text, never a recrawl)."""
+    return f"{CHUNKER_VERSION}/{max_tokens}/{overlap_tokens}"

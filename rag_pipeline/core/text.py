@@ -89,6 +89,11 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def embed_hash(text: str) -> bytes:
+    """SHA-256 of the exact text sent to the embedder: the address of its vector."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
 def _check_template(name: str, pattern: re.Pattern[str], replacement: str) -> None:
     # re only reports a bad group reference at the first match, i.e. in production;
     # catch it when the config is loaded instead.

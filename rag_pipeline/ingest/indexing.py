@@ -6,15 +6,15 @@ the switch at the end of `embed_and_switch` is the only moment search sees anyth
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 
 import psycopg
 
 from rag_pipeline.core.bodies import decode_stored
-from rag_pipeline.core.chunking import CHUNKER_VERSION, chunk_markdown
-from rag_pipeline.core.text import content_hash, default_boilerplate_rules, normalize_markdown
+from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
+from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
+from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
 from rag_pipeline.embedders.base import Embedder, EmbeddingError, PoisonedInputError
 from rag_pipeline.store import chunks as chunk_store
@@ -43,7 +43,7 @@ def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes
     text = digest = None
     if newest is not None:
         decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
-        text = normalize_markdown(decoded.text, default_boilerplate_rules(), url=page_url)
+        text = normalize_markdown(decoded.text, boilerplate_rules(), url=page_url)
         digest = content_hash(text)
     with conn.transaction():
         page = pages.get(conn, page_url, for_update=True)
@@ -68,10 +68,6 @@ class StageResult:
     tokens: int
 
 
-def embed_hash(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
 def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overlap_tokens: int) -> StageResult:
     """Chunk the stored source text (never the crawler: re-chunking needs no recrawl)."""
     pid = page_id(page_url)
@@ -84,11 +80,12 @@ def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overl
             conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (pid,))
         return StageResult(None, 0, 0)
     pieces = chunk_markdown(page.source_text, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    signature = chunker_signature(max_tokens, overlap_tokens)
     staged = [
         chunk_store.StagedChunk(
             chunk_id=chunk_id(page_url, c.index), chunk_index=c.index, content=c.content,
             embed_text=c.embed_text, embed_hash=embed_hash(c.embed_text),
-            token_count=c.token_count, chunker_version=CHUNKER_VERSION,
+            token_count=c.token_count, chunker_version=signature,
         )
         for c in pieces
     ]
@@ -167,15 +164,18 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
             return SwitchResult("superseded", source_hash=page.source_hash, space_id=space.space_id)
         live = chunk_store.swap_in(conn, pid, page.source_hash, space)
         changed = locked.indexed_hash != locked.source_hash
+        # A new crawl verifies the page; a re-chunk of the stored text does not.
+        crawled = (locked.source_delivery_id or 0) > (locked.applied_delivery_id or 0)
+        signature = staged[0].chunker_version if staged else locked.chunker_version
         conn.execute(
-            "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s,"
-            " last_verified_at = now(), deleted_at = NULL,"
+            "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s, deleted_at = NULL,"
+            " last_verified_at = CASE WHEN %s THEN now() ELSE last_verified_at END,"
             " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
             " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
             " WHERE page_id = %s",
-            (CHUNKER_VERSION, changed, pid),
+            (signature, crawled or changed, changed, pid),
         )
-        if locked.source_delivery_id is not None:
+        if crawled and locked.source_delivery_id is not None:
             deliveries.mark(conn, locked.source_delivery_id, "embedded", page_url=page_url)
             deliveries.supersede_older(conn, page_url, locked.source_delivery_id)
         chunk_store.record_ledger(

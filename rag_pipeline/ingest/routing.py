@@ -15,7 +15,8 @@ import psycopg
 
 from rag_pipeline.core.bodies import BodyError, decode_stored
 from rag_pipeline.core.delivery import Verdict, classify
-from rag_pipeline.core.text import content_hash, default_boilerplate_rules, normalize_markdown
+from rag_pipeline.core.text import content_hash, normalize_markdown
+from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.store import deliveries, pages
 
@@ -41,7 +42,7 @@ class RoutingResult:
 def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int) -> RoutingResult:
     """Route up to `limit` unrouted deliveries in one transaction (one savepoint each)."""
     result = RoutingResult()
-    rules = default_boilerplate_rules()
+    rules = boilerplate_rules()
     with conn.transaction():
         for delivery in deliveries.claim_unrouted(conn, limit):
             try:

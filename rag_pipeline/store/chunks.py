@@ -106,8 +106,9 @@ def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Sp
         "   content = excluded.content, embed_hash = excluded.embed_hash,"
         "   token_count = excluded.token_count, chunker_version = excluded.chunker_version,"
         "   space_id = excluded.space_id, embedding = excluded.embedding"
-        " WHERE (chunks.embed_hash, chunks.space_id, chunks.content)"
-        "   IS DISTINCT FROM (excluded.embed_hash, excluded.space_id, excluded.content)",
+        # Rewrite only rows that differ: an unchanged chunk costs no write (and no HNSW update).
+        " WHERE (chunks.embed_hash, chunks.space_id, chunks.content, chunks.chunker_version)"
+        "   IS DISTINCT FROM (excluded.embed_hash, excluded.space_id, excluded.content, excluded.chunker_version)",
         (space.space_id, page_id, source_hash),
     ).rowcount
     live = conn.execute("SELECT count(*) FROM chunks WHERE page_id = %s", (page_id,)).fetchone()[0]

@@ -28,6 +28,11 @@ PROPERTY_SETTINGS = settings(
 # --------------------------------------------------------------------------- helpers
 
 
+def body(chunk: Chunk) -> str:
+    """The part of a chunk's content that is embedded: trailing blank lines are left out."""
+    return chunk.content.rstrip() or chunk.content
+
+
 def assert_lossless(text: str, chunks: list[Chunk]) -> None:
     assert "".join(c.content for c in chunks) == text
     assert [c.index for c in chunks] == list(range(len(chunks)))
@@ -44,7 +49,7 @@ def assert_within_budget(chunks: list[Chunk], max_tokens: int, overlap_tokens: i
     for chunk in chunks:
         assert count_tokens(chunk.content) <= max_tokens
         assert chunk.token_count == count_tokens(chunk.embed_text)
-        assert chunk.embed_text.endswith(chunk.content)
+        assert chunk.embed_text.endswith(body(chunk))
         assert chunk.token_count <= max_tokens + overlap_tokens + BREADCRUMB_MAX_TOKENS
         assert chunk.token_count <= MAX_EMBED_INPUT_TOKENS
         if not chunk.heading_path:
@@ -153,7 +158,7 @@ def test_deterministic(text: str, budget: tuple[int, int]) -> None:
 
 def _prefix_splits(text: str, chunk: Chunk, previous: Chunk | None) -> list[tuple[str, str]]:
     """Every (breadcrumb, overlap) with embed_text = breadcrumb + overlap + content."""
-    prefix = chunk.embed_text[: len(chunk.embed_text) - len(chunk.content)]
+    prefix = chunk.embed_text[: len(chunk.embed_text) - len(body(chunk))]
     window = text[previous.start : chunk.start] if previous else ""
     splits = [0] + [m.end() for m in re.finditer("\n\n", prefix)]
     return [
@@ -258,7 +263,7 @@ def test_consecutive_headings_stay_together() -> None:
     chunks = chunk_markdown(text)
     assert len(chunks) == 1
     assert chunks[0].heading_path == ("Guide", "Install")
-    assert chunks[0].embed_text == text  # Starts with both headings: no breadcrumb.
+    assert chunks[0].embed_text == text.rstrip()  # Starts with both headings: no breadcrumb.
 
 
 def test_rst_headings_are_anchors_with_levels_by_first_appearance() -> None:
@@ -327,18 +332,18 @@ def test_oversized_list_is_cut_at_line_breaks() -> None:
 
 def test_breadcrumb_and_overlap_in_embed_text() -> None:
     rng = random.Random(5)
-    body = "\n\n".join(_paragraph(rng, 3) for _ in range(12))
-    text = "# Guide\n\nIntro.\n\n## Install\n\n" + body + "\n"
+    paragraphs = "\n\n".join(_paragraph(rng, 3) for _ in range(12))
+    text = "# Guide\n\nIntro.\n\n## Install\n\n" + paragraphs + "\n"
     chunks = chunk_markdown(text, max_tokens=120, overlap_tokens=24)
-    assert chunks[0].embed_text == chunks[0].content  # Opens with its own heading.
+    assert chunks[0].embed_text == body(chunks[0])  # Opens with its own heading.
     install = [c for c in chunks if c.heading_path == ("Guide", "Install")]
     assert len(install) > 2
     first, rest = install[0], install[1:]
     assert first.content.startswith("## Install")
-    assert first.embed_text == "Guide\n\n" + first.content  # First of its section: no overlap.
+    assert first.embed_text == "Guide\n\n" + body(first)  # First of its section: no overlap.
     for previous, chunk in zip(install, rest):
         assert chunk.embed_text.startswith("Guide > Install\n\n")
-        overlap = chunk.embed_text[len("Guide > Install\n\n") : -len(chunk.content)]
+        overlap = chunk.embed_text[len("Guide > Install\n\n") : -len(body(chunk))]
         assert overlap, "continuation chunks carry an overlap"
         assert previous.content.endswith(overlap)
         assert 0 < count_tokens(overlap) <= 24
@@ -352,7 +357,7 @@ def test_overlap_never_crosses_a_section() -> None:
     text = "## A\n\n" + _paragraph(rng, 4) + "\n\n## B\n\n" + _paragraph(rng, 4) + "\n"
     chunks = chunk_markdown(text, max_tokens=512, overlap_tokens=64)
     assert len(chunks) == 2
-    assert chunks[1].embed_text == chunks[1].content
+    assert chunks[1].embed_text == body(chunks[1])
 
 
 def test_chunks_are_packed_but_not_tiny() -> None:

@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from rag_pipeline.core.chunking import CHUNKER_VERSION
+from rag_pipeline.core.chunking import CHUNKER_VERSION, chunker_signature
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.embedders.base import PoisonedInputError
@@ -59,7 +59,7 @@ def chunks(
             "source_hash": result.source_hash or "",
             "chunks": result.chunks,
             "tokens": result.tokens,
-            "chunker_version": CHUNKER_VERSION,
+            "chunker_version": chunker_signature(max_tokens, overlap_tokens),
             "max_tokens": max_tokens,
             "overlap_tokens": overlap_tokens,
         }

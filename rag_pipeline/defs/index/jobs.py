@@ -8,3 +8,10 @@ index_page_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(pages, chunks, embeddings),
     description="Re-index one page: newest delivery → chunks → vectors, switched in one transaction.",
 )
+
+# Re-cut pages from their stored text (after a chunker or budget change): no crawl, no `pages` step.
+rechunk_job = dg.define_asset_job(
+    name="rechunk",
+    selection=dg.AssetSelection.assets(chunks, embeddings),
+    description="Re-chunk pages from stored source text; only chunk texts never embedded are sent to the model.",
+)

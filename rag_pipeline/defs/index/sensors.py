@@ -3,9 +3,11 @@
 
 import dagster as dg
 
-from rag_pipeline.defs.index.jobs import index_page_job
+from rag_pipeline.core.chunking import chunker_signature
+from rag_pipeline.defs.index.jobs import index_page_job, rechunk_job
 from rag_pipeline.defs.index.partitions import pages_partitions
-from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.ingest.backfill import outdated_pages
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
 
@@ -41,4 +43,32 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
             for url, delivery_id in sorted(newest.items())
         ],
         dynamic_partitions_requests=[pages_partitions.build_add_request(new_keys)] if new_keys else [],
+    )
+
+
+@dg.sensor(
+    job=rechunk_job,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description=(
+        "Re-chunks, in bounded batches, the pages whose chunker version or budget is outdated. "
+        "Off by default: price it first with `rag-pipeline backfill plan`, then turn it on."
+    ),
+)
+def rechunk_sensor(
+    context: dg.SensorEvaluationContext, postgres: PostgresResource, embedder: EmbedderResource
+) -> dg.SensorResult:
+    max_tokens, overlap_tokens = embedder.settings().chunk_budget()
+    signature = chunker_signature(max_tokens, overlap_tokens)
+    with postgres.connect() as conn:
+        urls = outdated_pages(conn, signature, limit=get_settings().sensor_batch_size)
+    if not urls:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
+    # run_key per page and signature: a page is re-chunked once per chunker change.
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(partition_key=url, run_key=f"rechunk:{signature}:{url}",
+                          tags={"rag/chunker": signature})
+            for url in urls
+        ]
     )

@@ -1,0 +1,79 @@
+"""Re-chunk backfill: which pages a chunker change makes due, and what re-cutting them costs.
+
+Everything works from the stored source text: a re-chunk never needs a recrawl, and the plan
+never calls the embedder (it only looks texts up in the vector cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
+from rag_pipeline.core.text import embed_hash
+from rag_pipeline.store.spaces import Space
+
+
+def outdated_pages(conn: psycopg.Connection, signature: str, limit: int | None = None) -> list[str]:
+    """Live, indexed pages cut by another chunker version or budget, oldest first."""
+    rows = conn.execute(
+        "SELECT url FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
+        " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %s"
+        " ORDER BY last_changed_at NULLS FIRST, url LIMIT %s",
+        (signature, limit),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+@dataclass
+class BackfillPlan:
+    signature: str
+    pages: int = 0
+    chunks_total: int = 0
+    chunks_to_embed: int = 0
+    tokens_to_embed: int = 0
+    tokens_reused: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan(conn: psycopg.Connection, space: Space | None, max_tokens: int, overlap_tokens: int,
+         *, batch: int = 200) -> BackfillPlan:
+    """Re-chunk every outdated page in memory and price it against the vector cache."""
+    signature = chunker_signature(max_tokens, overlap_tokens)
+    result = BackfillPlan(signature)
+    seen: set[bytes] = set()  # a text shared by several pages is embedded once
+    with conn.cursor(name="backfill_plan") as cur:  # server-side: the corpus may not fit in memory
+        cur.itersize = batch
+        cur.execute(
+            "SELECT url, source_text FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
+            " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %s",
+            (signature,),
+        )
+        for _url, text in cur:
+            result.pages += 1
+            pieces = chunk_markdown(text or "", max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+            hashes = [embed_hash(c.embed_text) for c in pieces]
+            cached = _cached(conn, space, hashes)
+            for piece, digest in zip(pieces, hashes):
+                result.chunks_total += 1
+                if digest in cached or digest in seen:
+                    result.tokens_reused += piece.token_count
+                else:
+                    seen.add(digest)
+                    result.chunks_to_embed += 1
+                    result.tokens_to_embed += piece.token_count
+    return result
+
+
+def _cached(conn: psycopg.Connection, space: Space | None, hashes: list[bytes]) -> set[bytes]:
+    if space is None or not hashes:
+        return set()
+    with conn.cursor() as cur:  # a second cursor beside the named one, same transaction
+        cur.execute(
+            "SELECT embed_hash FROM vectors WHERE space_id = %s AND embed_hash = ANY(%s)",
+            (space.space_id, hashes),
+        )
+        return {bytes(r[0]) for r in cur.fetchall()}

@@ -1,0 +1,226 @@
+"""Index economics: text is embedded once, noise is not change, re-chunks reuse every vector they can."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import uuid
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner
+
+import rag_pipeline.core.chunking as chunking
+from rag_pipeline.cli import main as cli
+from rag_pipeline.core.urls import chunk_id
+from rag_pipeline.embedders.hash_embedder import HashEmbedder
+from rag_pipeline.ingest import backfill, indexing
+from rag_pipeline.ingest.routing import route_batch
+from rag_pipeline.settings import get_settings
+from rag_pipeline.store import db, deliveries, search, spaces
+from rag_pipeline_tests.harness import Pipeline, load_defs
+
+MAX = 10_000_000
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self):
+        super().__init__(dimensions=64)
+        self.inputs: list[str] = []
+
+    def embed(self, texts):
+        self.inputs.extend(texts)
+        return super().embed(texts)
+
+
+def put(conn, url: str, text: str, status: int = 200) -> int:
+    return deliveries.insert(
+        conn, rid=uuid.uuid4().hex, url=url, pushed_url=None, crawler_status=200, original_status=status,
+        content_type="text/markdown", body=gzip.compress(text.encode()), body_encoding="gzip",
+    )
+
+
+def index(conn, url: str, embedder, max_tokens=512, overlap=64):
+    indexing.take_newest_delivery(conn, url, MAX)
+    indexing.stage_chunks(conn, url, max_tokens, overlap)
+    return indexing.embed_and_switch(conn, url, embedder)
+
+
+def doc(n_sections: int, tag: str = "") -> str:
+    parts = ["# Handbook"]
+    for i in range(n_sections):
+        body = " ".join(f"Section {i} sentence {j} about topic{i} and its details{tag}." for j in range(40))
+        parts.append(f"## Part {i}\n\n{body}")
+    return "\n\n".join(parts)
+
+
+@pytest.fixture
+def db_conn(database_url):
+    with db.connection(database_url) as conn:
+        conn.autocommit = True
+        yield conn
+
+
+def test_same_text_on_two_urls_is_embedded_once_and_both_are_cited(db_conn):
+    embedder = CountingEmbedder()
+    text = doc(3)
+    for url in ("https://a.example.com/copy", "https://b.example.com/copy"):
+        put(db_conn, url, text)
+    queued = route_batch(db_conn, 100, MAX).queued
+    assert len(queued) == 2
+    first = index(db_conn, "https://a.example.com/copy", embedder)
+    second = index(db_conn, "https://b.example.com/copy", embedder)
+    assert first.chunks_embedded == first.chunks_total > 0
+    assert second.chunks_embedded == 0 and second.tokens_reused > 0 and second.requests == 0
+    assert len(embedder.inputs) == len(set(embedder.inputs)) == first.chunks_total
+    space = spaces.active(db_conn)
+    hits = search.nearest(db_conn, space, embedder.embed(["topic1 details"]).vectors[0], k=10)
+    assert {"https://a.example.com/copy", "https://b.example.com/copy"} <= {h.url for h in hits}
+
+
+def test_ids_are_stable_and_a_shorter_page_loses_its_tail(db_conn):
+    embedder = CountingEmbedder()
+    url = "https://example.com/long"
+    put(db_conn, url, doc(8))
+    route_batch(db_conn, 100, MAX)
+    long_result = index(db_conn, url, embedder)
+    ids_long = [r[0] for r in db_conn.execute(
+        "SELECT chunk_id FROM chunks ORDER BY chunk_index").fetchall()]
+    assert ids_long == [chunk_id(url, i) for i in range(long_result.chunks_total)]
+
+    put(db_conn, url, doc(3))
+    route_batch(db_conn, 100, MAX)
+    short_result = index(db_conn, url, embedder)
+    ids_short = [r[0] for r in db_conn.execute("SELECT chunk_id FROM chunks ORDER BY chunk_index").fetchall()]
+    assert short_result.chunks_total < long_result.chunks_total
+    assert ids_short == ids_long[: short_result.chunks_total]  # same IDs for the same positions
+    assert short_result.chunks_embedded == 0  # the head's texts were all embedded before
+
+
+def test_footer_date_is_not_a_change(db_conn):
+    url = "https://example.com/footer"
+    put(db_conn, url, doc(2) + "\n\nLast updated: 2024-05-01 10:32 UTC\n\n© 2024 Example Inc.")
+    route_batch(db_conn, 100, MAX)
+    index(db_conn, url, CountingEmbedder())
+    put(db_conn, url, doc(2) + "\n\nLast updated: 2025-11-29 08:00 UTC\n\n© 2025 Example Inc.")
+    routed = route_batch(db_conn, 100, MAX)
+    assert routed.queued == [] and dict(routed.outcomes) == {"unchanged": 1}
+
+
+def test_operator_rules_file_filters_a_session_banner(db_conn, tmp_path, monkeypatch):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "- name: session-banner\n"
+        "  pattern: '^Your session id is [0-9a-f]+\\.\\n?'\n"
+        "  url_pattern: '^https://app\\.example\\.com/'\n"
+        "  flags: [MULTILINE]\n"
+    )
+    monkeypatch.setenv("BOILERPLATE_RULES", str(rules))
+    get_settings.cache_clear()
+    url = "https://app.example.com/docs"
+    put(db_conn, url, "Your session id is 1a2b.\n\n" + doc(1))
+    route_batch(db_conn, 100, MAX)
+    index(db_conn, url, CountingEmbedder())
+    put(db_conn, url, "Your session id is 9f9f.\n\n" + doc(1))
+    assert dict(route_batch(db_conn, 100, MAX).outcomes) == {"unchanged": 1}
+    # The rule is scoped to its URL pattern: elsewhere the banner is content.
+    other = "https://other.example.com/docs"
+    put(db_conn, other, "Your session id is 1a2b.\n\n" + doc(1))
+    route_batch(db_conn, 100, MAX)
+    index(db_conn, other, CountingEmbedder())
+    put(db_conn, other, "Your session id is 9f9f.\n\n" + doc(1))
+    assert len(route_batch(db_conn, 100, MAX).queued) == 1
+
+
+def test_a_broken_rules_file_is_a_clear_error(tmp_path):
+    from rag_pipeline.ingest.rules import RulesFileError, boilerplate_rules
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- name: x\n  pattern: '(unclosed'\n")
+    with pytest.raises(RulesFileError, match="bad.yaml"):
+        boilerplate_rules(bad)
+    with pytest.raises(RulesFileError, match="cannot be read"):
+        boilerplate_rules(tmp_path / "missing.yaml")
+
+
+def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_url, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("EMBEDDING_PROVIDER", "hash")
+    monkeypatch.setenv("EMBEDDING_DIMENSIONS", "64")
+    get_settings.cache_clear()
+    seen: list[str] = []
+    original_embed = HashEmbedder.embed
+
+    def counting(self, texts):
+        seen.extend(texts)
+        return original_embed(self, texts)
+
+    monkeypatch.setattr(HashEmbedder, "embed", counting)
+    urls = [f"https://example.com/p{i}" for i in range(3)]
+    with dg.instance_for_test() as instance, db.connection(database_url) as conn:
+        conn.autocommit = True
+        pipeline = Pipeline(instance, load_defs())
+        for i, url in enumerate(urls):
+            put(conn, url, doc(4, tag=f" p{i}"))
+        assert sorted(pipeline.tick().partitions) == urls
+        chunks_before = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        verified_before = dict(conn.execute("SELECT url, last_verified_at FROM pages").fetchall())
+        deliveries_before = conn.execute("SELECT count(*) FROM deliveries").fetchone()[0]
+        seen.clear()
+
+        # A new chunker version that changes one chunk text per page and keeps the rest.
+        real_chunk = chunking.chunk_markdown
+
+        def new_chunker(text, max_tokens=512, overlap_tokens=64):
+            pieces = real_chunk(text, max_tokens, overlap_tokens)
+            return [dataclasses.replace(pieces[0], embed_text=pieces[0].embed_text + " (v2)"), *pieces[1:]]
+
+        monkeypatch.setattr(chunking, "CHUNKER_VERSION", "test-v2")
+        monkeypatch.setattr(indexing, "chunk_markdown", new_chunker)
+        monkeypatch.setattr(backfill, "chunk_markdown", new_chunker)
+
+        result = CliRunner().invoke(cli, ["backfill", "plan", "--json"])
+        assert result.exit_code == 0, result.output
+        plan = json.loads(result.output)
+        assert plan["pages"] == 3
+        assert plan["chunks_to_embed"] == 3
+        assert plan["chunks_total"] == chunks_before
+        assert seen == []  # the plan never calls the embedder
+
+        sensor = pipeline.defs.resolve_sensor_def("rechunk_sensor")
+        job = pipeline.defs.resolve_job_def("rechunk")
+        context = dg.build_sensor_context(instance=instance, resources={
+            "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})
+        requests = sensor(context).run_requests
+        assert sorted(r.partition_key for r in requests) == urls
+        for r in requests:
+            assert job.execute_in_process(partition_key=r.partition_key, instance=instance, tags=r.tags).success
+
+        assert len(seen) == 3 and all(t.endswith(" (v2)") for t in seen)
+        assert conn.execute("SELECT count(*) FROM deliveries").fetchone()[0] == deliveries_before
+        assert dict(conn.execute("SELECT url, last_verified_at FROM pages").fetchall()) == verified_before
+        assert {r[0] for r in conn.execute("SELECT DISTINCT chunker_version FROM chunks").fetchall()} == {
+            chunking.chunker_signature(512, 64)}
+        context = dg.build_sensor_context(instance=instance, resources={
+            "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})
+        assert not sensor(context).run_requests
+        replan = json.loads(CliRunner().invoke(cli, ["backfill", "plan", "--json"]).output)
+        assert replan["pages"] == 0
+
+
+def test_status_sums_the_ledger(db_conn, database_url, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    get_settings.cache_clear()
+    embedder = CountingEmbedder()
+    put(db_conn, "https://example.com/s1", doc(3))
+    put(db_conn, "https://example.com/s2", doc(3))  # same text: all reused
+    route_batch(db_conn, 100, MAX)
+    a = index(db_conn, "https://example.com/s1", embedder)
+    b = index(db_conn, "https://example.com/s2", embedder)
+    out = CliRunner().invoke(cli, ["status", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert report["embedding"]["chunks_embedded"] == a.chunks_embedded + b.chunks_embedded
+    assert report["embedding"]["tokens_reused"] == b.tokens_reused > 0
+    assert report["pages"]["indexed"] == 2
