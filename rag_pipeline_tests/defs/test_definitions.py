@@ -40,3 +40,10 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_page_runs_do_not_run_index_wide_checks():
+    defs = load_defs()
+    for name in ("index_page", "rechunk"):
+        assert not defs.resolve_job_def(name).asset_layer.asset_graph.asset_check_keys
+    assert defs.resolve_job_def("index_checks").asset_layer.asset_graph.asset_check_keys

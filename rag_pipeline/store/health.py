@@ -1,0 +1,48 @@
+"""Invariants of the index, as queries: each returns the offending rows (a few, for the message)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+
+@dataclass(frozen=True)
+class Finding:
+    count: int
+    examples: list[str]
+
+
+def _finding(conn: psycopg.Connection, count_sql: str, examples_sql: str, params: tuple = ()) -> Finding:
+    count = conn.execute(count_sql, params).fetchone()[0]
+    examples = [str(r[0]) for r in conn.execute(examples_sql, params).fetchall()] if count else []
+    return Finding(count, examples)
+
+
+def pages_behind_source(conn: psycopg.Connection, grace_minutes: int) -> Finding:
+    """Live pages whose newest content is not what search shows, for longer than the grace period."""
+    where = (" FROM pages WHERE deleted_at IS NULL AND source_hash IS NOT NULL"
+             " AND indexed_hash IS DISTINCT FROM source_hash"
+             " AND last_crawled_at < now() - make_interval(mins => %s)")
+    return _finding(conn, "SELECT count(*)" + where, "SELECT url" + where + " ORDER BY last_crawled_at LIMIT 10",
+                    (grace_minutes,))
+
+
+def chunks_of_tombstoned_pages(conn: psycopg.Connection) -> Finding:
+    where = " FROM chunks c JOIN pages p USING (page_id) WHERE p.deleted_at IS NOT NULL"
+    return _finding(conn, "SELECT count(*)" + where, "SELECT DISTINCT p.url" + where + " LIMIT 10")
+
+
+def chunks_outside_active_space(conn: psycopg.Connection) -> Finding:
+    where = (" FROM chunks c JOIN pages p USING (page_id)"
+             " WHERE c.space_id IS DISTINCT FROM (SELECT space_id FROM embedding_spaces WHERE status = 'active')")
+    return _finding(conn, "SELECT count(*)" + where, "SELECT DISTINCT p.url" + where + " LIMIT 10")
+
+
+def stuck_deliveries(conn: psycopg.Connection, grace_minutes: int) -> Finding:
+    """Deliveries not routed, or routed to a run that never applied them, for too long."""
+    where = (" FROM deliveries WHERE (processed_at IS NULL OR outcome IN ('queued', 'failed'))"
+             " AND received_at < now() - make_interval(mins => %s)")
+    return _finding(conn, "SELECT count(*)" + where,
+                    "SELECT rid || ' ' || coalesce(outcome, 'unrouted') || ' ' || url" + where
+                    + " ORDER BY id LIMIT 10", (grace_minutes,))
