@@ -156,3 +156,16 @@ def test_same_delivery_five_times_concurrently_is_one_row_and_one_run(stack, con
     assert tick.partitions == [A_KEY]
     assert pipeline.tick().partitions == []
     assert len(pipeline.instance.get_runs()) == 1
+
+
+def test_a_lost_run_request_is_requested_again(stack, conn):
+    base, _, pipeline = stack
+    deliver(base, A_URL, PAGE_B)
+    tick = pipeline.tick(execute=False)          # routed, but pretend the launch was lost
+    assert tick.partitions == [A_KEY]
+    assert pipeline.tick(execute=False).partitions == []   # not yet stale
+    conn.execute("UPDATE deliveries SET processed_at = now() - interval '1 hour'")
+    again = pipeline.tick()
+    assert again.partitions == [A_KEY]
+    assert again.result.run_requests[0].run_key == tick.result.run_requests[0].run_key
+    assert conn.execute("SELECT outcome FROM deliveries").fetchone()[0] == "embedded"

@@ -90,6 +90,17 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
     return cur.rowcount
 
 
+def stale_queued(conn: psycopg.Connection, older_than_minutes: int, limit: int) -> list[tuple[str, int]]:
+    """(page_url, newest queued delivery id) of pages whose queued delivery waits too long:
+    the run request may have been lost between the routing commit and the run launch."""
+    return conn.execute(
+        "SELECT page_url, max(id) FROM deliveries WHERE outcome = 'queued'"
+        " AND processed_at < now() - make_interval(mins => %s)"
+        " GROUP BY page_url ORDER BY min(id) LIMIT %s",
+        (older_than_minutes, limit),
+    ).fetchall()
+
+
 def outcome_counts(conn: psycopg.Connection) -> dict[str, int]:
     rows = conn.execute(
         "SELECT coalesce(outcome, 'unrouted'), count(*) FROM deliveries GROUP BY 1"

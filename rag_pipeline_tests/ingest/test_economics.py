@@ -224,3 +224,16 @@ def test_status_sums_the_ledger(db_conn, database_url, monkeypatch):
     assert report["embedding"]["chunks_embedded"] == a.chunks_embedded + b.chunks_embedded
     assert report["embedding"]["tokens_reused"] == b.tokens_reused > 0
     assert report["pages"]["indexed"] == 2
+
+
+def test_a_model_switch_is_refused_with_a_clear_message(db_conn):
+    url = "https://example.com/m"
+    put(db_conn, url, doc(1))
+    route_batch(db_conn, 100, MAX)
+    index(db_conn, url, CountingEmbedder())
+    put(db_conn, url, doc(2))
+    route_batch(db_conn, 100, MAX)
+    with pytest.raises(spaces.SpaceMismatch, match="active embedding space is hash-v1-64"):
+        index(db_conn, url, HashEmbedder(dimensions=32))
+    # The page still shows its previous version, whole.
+    assert db_conn.execute("SELECT count(*) FROM chunks").fetchone()[0] > 0

@@ -7,6 +7,7 @@ from rag_pipeline.core.chunking import CHUNKER_VERSION, chunker_signature
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.embedders.base import PoisonedInputError
+from rag_pipeline.store.spaces import SpaceMismatch
 from rag_pipeline.ingest import indexing
 from rag_pipeline.settings import get_settings
 
@@ -84,8 +85,9 @@ def embeddings(
     with postgres.connect() as conn:
         try:
             result = indexing.embed_and_switch(conn, context.partition_key, embedder.get(), context.run_id)
-        except PoisonedInputError as exc:
-            # The same text would be refused again: retrying costs money and changes nothing.
+        except (PoisonedInputError, SpaceMismatch) as exc:
+            # The same text would be refused again, the same model mismatch found again:
+            # retrying costs money and changes nothing.
             raise dg.Failure(description=str(exc), allow_retries=False) from exc
     return dg.MaterializeResult(
         metadata={

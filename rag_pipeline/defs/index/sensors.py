@@ -10,6 +10,9 @@ from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.backfill import outdated_pages
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
+from rag_pipeline.store import deliveries
+
+REQUEUE_AFTER_MINUTES = 10
 
 
 @dg.sensor(
@@ -25,10 +28,13 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     settings = get_settings()
     with postgres.connect() as conn:
         routed = route_batch(conn, settings.sensor_batch_size, settings.webhook_max_page_bytes)
-    if not routed.routed:
+        # Routing commits before Dagster launches the runs: re-request what still waits. The same
+        # run_key makes the daemon skip any run that was in fact launched.
+        stale = deliveries.stale_queued(conn, REQUEUE_AFTER_MINUTES, settings.sensor_batch_size)
+    if not routed.routed and not stale:
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
 
-    newest: dict[str, int] = {}
+    newest: dict[str, int] = dict(stale)
     for item in routed.queued:  # several deliveries of one page in a batch: one run applies the newest
         newest[item.page_url] = max(item.delivery_id, newest.get(item.page_url, 0))
     # Per-key lookups stay cheap with 100k partitions; listing them all each tick would not.
