@@ -172,6 +172,55 @@ def status(as_json: bool) -> None:
 
 
 @main.group()
+def space() -> None:
+    """Embedding spaces: switch models without a gap in search."""
+
+
+@space.command("list")
+def space_list() -> None:
+    """Every embedding space, with its status and vector count."""
+    from rag_pipeline.store import db, spaces
+
+    with db.connection(_app_url()) as conn:
+        for s in spaces.list_all(conn):
+            n = conn.execute("SELECT count(*) FROM vectors WHERE space_id = %s", (s.space_id,)).fetchone()[0]
+            click.echo(f"{s.space_id}  {s.status:<8}  {s.model} ({s.dimensions} dims)  {n} vectors")
+
+
+@space.command("build")
+def space_build() -> None:
+    """Fill the space of the configured embedder from the indexed chunk texts (search unaffected)."""
+    from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.ingest.model_switch import ModelSwitchError, build
+    from rag_pipeline.store import db
+
+    embedder = make_embedder(get_settings())
+    with db.connection(_app_url()) as conn:
+        try:
+            result = build(conn, embedder)
+        except ModelSwitchError as exc:
+            raise CliError(str(exc)) from exc
+    click.echo(f"space {result.space.space_id} ({embedder.model}, {embedder.dimensions} dims, "
+               f"{result.space.status}): {result.texts_embedded} texts, {result.tokens_embedded} tokens embedded")
+
+
+@space.command("activate")
+def space_activate() -> None:
+    """Catch up and flip search to the configured embedder's space, in one transaction."""
+    from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.ingest.model_switch import ModelSwitchError, activate
+    from rag_pipeline.store import db
+
+    embedder = make_embedder(get_settings())
+    with db.connection(_app_url()) as conn:
+        try:
+            active = activate(conn, embedder)
+        except ModelSwitchError as exc:
+            raise CliError(str(exc)) from exc
+    click.echo(f"active: space {active.space_id} ({active.model}, {active.dimensions} dims)")
+
+
+@main.group()
 def backfill() -> None:
     """Re-chunk backfills after a chunker or budget change."""
 
@@ -225,6 +274,111 @@ def deliver(url: str, file: Path, webhook_url: str, original_status: int, rid: s
     if resp.status_code != 200:
         raise CliError(f"webhook answered {resp.status_code}: {resp.text}")
     click.echo(resp.text)
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--no-push", is_flag=True, help="Register the pages and their cadence only.")
+@click.option("--wait", "wait_s", default=300.0, show_default=True,
+              help="local crawler: seconds to wait for the fetches to be delivered.")
+def seed(file: Path, no_push: bool, wait_s: float) -> None:
+    """Register the URLs in FILE with their cadence and push them to the crawler.
+
+    One URL per line, `#` starts a comment, `every=6h` sets that page's cadence
+    (else cadence.yaml's default for its pattern)."""
+    from rag_pipeline.crawl.cadence import CadenceError, load_rules, parse_seeds
+    from rag_pipeline.crawl.factory import make_crawler
+    from rag_pipeline.crawl.pushing import push_targets, register_seeds
+    from rag_pipeline.store import db
+
+    settings = get_settings()
+    try:
+        seeds = parse_seeds(file.read_text(encoding="utf-8"))
+        rules = load_rules(settings.cadence_file)
+    except CadenceError as exc:
+        raise CliError(f"{file}: {exc}") from exc
+    with db.connection(_app_url()) as conn:
+        targets, skipped = register_seeds(conn, seeds, rules)
+        for line in skipped:
+            click.echo(f"alias, not pushed: {line}")
+        click.echo(f"registered {len(seeds)} page(s)")
+        if no_push or not targets:
+            return
+        try:
+            crawler = make_crawler(settings)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+        try:
+            with click.progressbar(length=len(targets), label=f"pushing to {crawler.name}") as bar:
+                report = push_targets(conn, crawler, targets, reason="seed",
+                                      concurrency=settings.crawler_push_concurrency,
+                                      tombstone_recheck=rules.tombstone_recheck, drain_timeout_s=wait_s,
+                                      progress=bar.update)
+        finally:
+            crawler.close()
+    click.echo(f"pushed {report.pushed}, failed {report.failed}")
+    for error in report.errors[:20]:
+        click.echo(f"  failed: {error}", err=True)
+    if report.undelivered_local:
+        click.echo(f"{report.undelivered_local} page(s) still being fetched after {wait_s:.0f} s", err=True)
+    if report.failed:
+        raise CliError(f"{report.failed} push(es) failed (recorded in the pushes table)")
+
+
+@main.group()
+def cadence() -> None:
+    """Per-page recrawl cadence (defaults by URL pattern: rag_pipeline/config/cadence.yaml)."""
+
+
+@cadence.command("set")
+@click.argument("url")
+@click.argument("every")
+def cadence_set(url: str, every: str) -> None:
+    """Recrawl URL every EVERY (30s, 15m, 6h, 1d, 2w, 1h30m)."""
+    from rag_pipeline.core.urls import InvalidURL, normalize_url
+    from rag_pipeline.crawl.cadence import CadenceError, format_interval, parse_interval
+    from rag_pipeline.store import db, schedule
+
+    try:
+        interval = parse_interval(every)
+        page_url = normalize_url(url)
+    except (CadenceError, InvalidURL) as exc:
+        raise click.BadParameter(str(exc)) from exc
+    with db.connection(_app_url()) as conn:
+        with conn.transaction():
+            row = schedule.set_cadence(conn, url, page_url, interval)
+    if row.alias_of:
+        click.echo(f"{page_url} redirects to {row.alias_of} and is not recrawled; set the cadence there")
+        return
+    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)}")
+
+
+@cadence.command("show")
+@click.argument("url")
+def cadence_show(url: str) -> None:
+    """The cadence, next crawl and redirect of URL."""
+    from rag_pipeline.core.urls import InvalidURL, normalize_url
+    from rag_pipeline.crawl.cadence import format_interval
+    from rag_pipeline.store import db
+
+    try:
+        page_url = normalize_url(url)
+    except InvalidURL as exc:
+        raise click.BadParameter(str(exc)) from exc
+    with db.connection(_app_url()) as conn:
+        row = conn.execute(
+            "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at"
+            " FROM pages WHERE url = %s", (page_url,),
+        ).fetchone()
+    if row is None:
+        raise CliError(f"{page_url} is not registered (rag-pipeline seed FILE)")
+    every, source, next_at, last_at, alias, deleted = row
+    click.echo(f"{page_url}: every {format_interval(every)} ({source or 'not assigned yet'})")
+    click.echo(f"  last crawled {last_at}, next crawl {next_at}")
+    if alias:
+        click.echo(f"  redirects to {alias}: not recrawled")
+    if deleted:
+        click.echo(f"  tombstoned since {deleted}: re-checked slowly")
 
 
 if __name__ == "__main__":

@@ -96,19 +96,20 @@ def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Sp
         (page_id, source_hash),
     )
     written = conn.execute(
-        "INSERT INTO chunks (chunk_id, page_id, chunk_index, content, embed_hash, token_count,"
+        "INSERT INTO chunks (chunk_id, page_id, chunk_index, content, embed_text, embed_hash, token_count,"
         " chunker_version, space_id, embedding)"
-        " SELECT s.chunk_id, s.page_id, s.chunk_index, s.content, s.embed_hash, s.token_count,"
+        " SELECT s.chunk_id, s.page_id, s.chunk_index, s.content, s.embed_text, s.embed_hash, s.token_count,"
         "        s.chunker_version, v.space_id, v.embedding"
         " FROM staged_chunks s JOIN vectors v ON v.space_id = %s AND v.embed_hash = s.embed_hash"
         " WHERE s.page_id = %s AND s.source_hash = %s"
         " ON CONFLICT (chunk_id) DO UPDATE SET chunk_index = excluded.chunk_index,"
-        "   content = excluded.content, embed_hash = excluded.embed_hash,"
+        "   content = excluded.content, embed_text = excluded.embed_text, embed_hash = excluded.embed_hash,"
         "   token_count = excluded.token_count, chunker_version = excluded.chunker_version,"
         "   space_id = excluded.space_id, embedding = excluded.embedding"
         # Rewrite only rows that differ: an unchanged chunk costs no write (and no HNSW update).
-        " WHERE (chunks.embed_hash, chunks.space_id, chunks.content, chunks.chunker_version)"
-        "   IS DISTINCT FROM (excluded.embed_hash, excluded.space_id, excluded.content, excluded.chunker_version)",
+        " WHERE (chunks.embed_hash, chunks.space_id, chunks.content, chunks.chunker_version, chunks.embed_text)"
+        "   IS DISTINCT FROM (excluded.embed_hash, excluded.space_id, excluded.content, excluded.chunker_version,"
+        "                     excluded.embed_text)",
         (space.space_id, page_id, source_hash),
     ).rowcount
     live = conn.execute("SELECT count(*) FROM chunks WHERE page_id = %s", (page_id,)).fetchone()[0]

@@ -69,6 +69,39 @@ def ensure_active(conn: psycopg.Connection, model: str, dimensions: int) -> Spac
     return current
 
 
+def find(conn: psycopg.Connection, model: str, dimensions: int) -> Space | None:
+    row = conn.execute(
+        "SELECT space_id, model, dimensions, status FROM embedding_spaces WHERE model = %s AND dimensions = %s",
+        (model, dimensions),
+    ).fetchone()
+    return Space(*row) if row else None
+
+
+def list_all(conn: psycopg.Connection) -> list[Space]:
+    rows = conn.execute(
+        "SELECT space_id, model, dimensions, status FROM embedding_spaces ORDER BY space_id"
+    ).fetchall()
+    return [Space(*r) for r in rows]
+
+
+def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> Space:
+    """A space to fill beside the active one (a retired one is reused with its vectors)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SPACE_LOCK_KEY,))
+        existing = find(conn, model, dimensions)
+        if existing is not None and existing.status == "active":
+            return existing
+        row = conn.execute(
+            "INSERT INTO embedding_spaces (model, dimensions, status) VALUES (%s, %s, 'building')"
+            " ON CONFLICT (model, dimensions) DO UPDATE SET status = 'building'"
+            " RETURNING space_id, model, dimensions, status",
+            (model, dimensions),
+        ).fetchone()
+        space = Space(*row)
+        create_index(conn, space)
+    return space
+
+
 def create_index(conn: psycopg.Connection, space: Space) -> None:
     ops = "vector_cosine_ops" if space.vector_type == "vector" else "halfvec_cosine_ops"
     conn.execute(
