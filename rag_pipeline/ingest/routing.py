@@ -18,7 +18,7 @@ from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import content_hash, normalize_markdown
 from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
-from rag_pipeline.store import deliveries, pages
+from rag_pipeline.store import aliases, deliveries, pages, pushes
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
         )
         return "skipped"
 
+    _note_redirect(conn, delivery, page_url)
+
     if verdict is Verdict.TOMBSTONE:
         pages.tombstone(conn, pid, page_url, delivery.id, delivery.original_status)
         deliveries.supersede_older(conn, page_url, delivery.id)
@@ -99,3 +101,20 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
     deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note)
     result.queued.append(QueuedPage(page_url, delivery.id))
     return "queued"
+
+
+def _note_redirect(conn, delivery, page_url: str) -> None:
+    """The page is indexed under the delivered URL. When that is not the URL we pushed (the site
+    redirected), the pushed URL becomes an alias of it: recrawled no more, nothing indexed twice.
+    A URL delivered as itself again is a page again."""
+    aliases.clear(conn, page_url)
+    pushed = delivery.pushed_url or pushes.pushed_url(conn, delivery.rid)
+    if not pushed:
+        return
+    try:
+        pushed_page = normalize_url(pushed.replace("%7C", "|"))
+    except InvalidURL:
+        log.warning("delivery %s: ignoring unreadable pushed URL %r", delivery.id, pushed)
+        return
+    if pushed_page != page_url:
+        aliases.record(conn, pushed_page, page_url, delivery.url, delivery.id)

@@ -1,0 +1,116 @@
+"""Fetch a page, turn it into markdown, and deliver it to a receiver exactly as Crawlbase does:
+POST, gzip body, `rid`/`url`/`Original-Status`/`PC-Status` headers plus the callback headers.
+
+Shared by the local crawler and the simulator, so both deliver byte-for-byte the same way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import time
+from dataclasses import dataclass
+
+import httpx
+from bs4 import BeautifulSoup
+from markdownify import MarkdownConverter
+
+# Crawlbase's own "the crawl failed" statuses are 5xx in PC-Status; we use 520 for a fetch that
+# failed at the network level (timeout, refused, TLS) and keep the site's status when there is one.
+CRAWL_FAILED = 520
+MAX_PAGE_BYTES = 20 * 1024 * 1024
+_DROP = ("script", "style", "noscript", "template", "iframe", "svg")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    final_url: str
+    original_status: int | None   # the site's answer (after redirects)
+    crawler_status: int           # 200 when the crawl itself worked
+    markdown: str
+    error: str | None = None
+
+
+def html_to_markdown(html: str) -> str:
+    """The readable part of an HTML page as markdown (ATX headings), scripts and styles dropped."""
+    soup = BeautifulSoup(html, "html.parser")
+    for tag in soup(_DROP):
+        tag.decompose()
+    root = soup.find("main") or soup.find("article") or soup.body or soup
+    text = MarkdownConverter(heading_style="ATX", bullets="-", strip=["img"]).convert_soup(root)
+    if not (root.find("h1") if hasattr(root, "find") else None) and soup.title and soup.title.string:
+        text = f"# {soup.title.string.strip()}\n\n{text}"
+    return text.strip() + "\n"
+
+
+def fetch_markdown(client: httpx.Client, url: str, *, max_bytes: int = MAX_PAGE_BYTES) -> Fetched:
+    """GET `url` (redirects followed by the client) and convert it; never raises for the network."""
+    try:
+        with client.stream("GET", url) as resp:
+            body = bytearray()
+            for part in resp.iter_bytes():
+                body.extend(part)
+                if len(body) > max_bytes:
+                    return Fetched(str(resp.url), resp.status_code, CRAWL_FAILED, "",
+                                   f"page larger than {max_bytes} bytes")
+            content_type = resp.headers.get("content-type", "")
+            text = bytes(body).decode(resp.encoding or "utf-8", errors="replace")
+            final_url, status = str(resp.url), resp.status_code
+    except httpx.HTTPError as exc:
+        return Fetched(url, None, CRAWL_FAILED, "", f"{type(exc).__name__}: {exc}")
+    if "html" in content_type or text.lstrip()[:15].lower().startswith(("<!doctype html", "<html")):
+        text = html_to_markdown(text)
+    return Fetched(final_url, status, 200, text)
+
+
+class DeliveryFailed(RuntimeError):
+    pass
+
+
+def delivery_headers(rid: str, fetched: Fetched, extra: dict[str, str]) -> dict[str, str]:
+    headers = {
+        **extra,
+        "rid": rid,
+        "url": fetched.final_url,
+        "PC-Status": str(fetched.crawler_status),
+        "CB-Status": str(fetched.crawler_status),
+        "Content-Type": "text/plain; charset=utf-8",
+        "Content-Encoding": "gzip",
+    }
+    if fetched.original_status is not None:
+        headers["Original-Status"] = str(fetched.original_status)
+    return headers
+
+
+def post_delivery(client: httpx.Client, callback_url: str, headers: dict[str, str], body: bytes) -> int:
+    """One delivery attempt; returns the receiver's status, or 0 when it could not be reached."""
+    try:
+        return client.post(callback_url, headers=headers, content=gzip.compress(body)).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def is_retryable(status: int) -> bool:
+    return status == 0 or status in (408, 429) or status >= 500
+
+
+def backoff(attempt: int, base_s: float, cap_s: float = 30.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(cap_s, base_s * (2 ** attempt)))
+
+
+def deliver(client: httpx.Client, callback_url: str, rid: str, fetched: Fetched, extra: dict[str, str],
+            *, retries: int, backoff_s: float) -> int:
+    """Deliver with bounded retries (same rid each time); returns the attempts used."""
+    headers = delivery_headers(rid, fetched, extra)
+    body = fetched.markdown.encode("utf-8")
+    status = 0
+    for attempt in range(retries + 1):
+        status = post_delivery(client, callback_url, headers, body)
+        if 200 <= status < 300:
+            return attempt + 1
+        if not is_retryable(status):
+            break
+        if attempt < retries:
+            time.sleep(backoff(attempt, backoff_s))
+    raise DeliveryFailed(f"receiver answered {status or 'nothing'} for rid {rid}")

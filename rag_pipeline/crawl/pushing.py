@@ -1,0 +1,91 @@
+"""The push path shared by the recrawl sensor's runs, the seed job, recrawl-now and the CLI:
+record each push, push concurrently (the crawler client rate-limits), record the results, and
+move each page's next crawl, in that order."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Callable
+
+import psycopg
+
+from rag_pipeline.crawl.base import Crawler, PushError
+from rag_pipeline.store import pushes, schedule
+
+log = logging.getLogger(__name__)
+
+FAILED_PUSH_RETRY = timedelta(minutes=5)
+
+
+@dataclass
+class PushReport:
+    pushed: int = 0
+    failed: int = 0
+    attempts: int = 0
+    errors: list[str] = field(default_factory=list)
+    rids: dict[str, str] = field(default_factory=dict)      # page URL → rid
+    undelivered_local: int = 0                              # local crawler: still fetching at the end
+
+    def as_metadata(self) -> dict:
+        return {"pushed": self.pushed, "failed": self.failed, "attempts": self.attempts,
+                "errors": "\n".join(self.errors[:20]), "still_fetching": self.undelivered_local}
+
+
+def push_targets(conn: psycopg.Connection, crawler: Crawler, targets: list[schedule.Target], *,
+                 reason: str, run_id: str | None = None, concurrency: int = 8,
+                 tombstone_recheck: timedelta = timedelta(days=30), drain_timeout_s: float = 300.0,
+                 progress: Callable[[int], None] | None = None) -> PushReport:
+    report = PushReport()
+    if not targets:
+        return report
+    with conn.transaction():
+        ids = pushes.begin(conn, [(t.crawl_url, t.page_url) for t in targets], reason=reason,
+                           crawler=crawler.name, run_id=run_id)
+
+    def one(item: tuple[int, schedule.Target]) -> pushes.Outcome:
+        push_id, target = item
+        try:
+            done = crawler.push(target.crawl_url, push_id=push_id)
+            return pushes.Outcome(push_id, done.rid, done.attempts)
+        except PushError as exc:
+            return pushes.Outcome(push_id, None, exc.attempts, str(exc))
+        except Exception as exc:  # noqa: BLE001 — recorded on the push row, never lost
+            return pushes.Outcome(push_id, None, 1, f"{type(exc).__name__}: {exc}")
+
+    outcomes: list[pushes.Outcome] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(targets)))) as pool:
+        for outcome in pool.map(one, zip(ids, targets)):
+            outcomes.append(outcome)
+            if progress:
+                progress(1)
+    by_id = dict(zip(ids, targets))
+    ok = [by_id[o.push_id].page_url for o in outcomes if o.rid]
+    bad = [by_id[o.push_id].page_url for o in outcomes if not o.rid]
+    with conn.transaction():
+        pushes.finish(conn, outcomes)
+        schedule.after_push(conn, ok, bad, tombstone_recheck=tombstone_recheck, retry_after=FAILED_PUSH_RETRY)
+    report.pushed, report.failed = len(ok), len(bad)
+    report.attempts = sum(o.attempts for o in outcomes)
+    report.errors = [f"{by_id[o.push_id].crawl_url}: {o.error}" for o in outcomes if not o.rid]
+    report.rids = {by_id[o.push_id].page_url: o.rid for o in outcomes if o.rid}
+    report.undelivered_local = crawler.drain(drain_timeout_s)
+    return report
+
+
+def register_seeds(conn: psycopg.Connection, seeds, rules) -> tuple[list[schedule.Target], list[str]]:
+    """Register seeds with their cadence (theirs, else their pattern's), in one transaction.
+    Returns what to push and the seeds that are known aliases (not pushed: see their target)."""
+    targets: list[schedule.Target] = []
+    skipped: list[str] = []
+    with conn.transaction():
+        for s in seeds:
+            row = schedule.register(conn, s.url, s.page_url, s.every or rules.every_for(s.page_url),
+                                    explicit=s.every is not None)
+            if row.alias_of:
+                skipped.append(f"{s.url} → {row.alias_of}")
+            else:
+                targets.append(schedule.Target(row.page_url, row.crawl_url))
+    return targets, skipped

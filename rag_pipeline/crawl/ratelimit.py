@@ -1,0 +1,32 @@
+"""A thread-safe token bucket: at most `rate` acquisitions per second, bursts of `burst`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class RateLimiter:
+    def __init__(self, rate: float, burst: int | None = None):
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate = rate
+        self.burst = max(1, burst if burst is not None else int(rate) or 1)
+        self._tokens = float(self.burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Block until a token is free; returns the time waited."""
+        waited = 0.0
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+                self._last = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return waited
+                pause = (1 - self._tokens) / self.rate
+            time.sleep(pause)
+            waited += pause

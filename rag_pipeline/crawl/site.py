@@ -1,0 +1,138 @@
+"""A tiny loopback web site: pages held in memory or served from a folder (`samples/site/`).
+
+Tests and the simulator change it on the fly (edit a page, answer 404/410, redirect); `make run`
+serves `samples/site/` with it: `python -m rag_pipeline.crawl.site --root samples/site --port 8900`.
+A `_redirects` file in the folder holds `FROM TO [STATUS]` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class Page:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "text/html; charset=utf-8"
+    location: str | None = None
+
+
+class LoopbackSite:
+    def __init__(self, root: Path | None = None, *, host: str = "127.0.0.1", port: int = 0):
+        self.root = Path(root) if root else None
+        self.pages: dict[str, Page] = {}
+        self.hits: Counter = Counter()
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802 (http.server naming)
+                path = urlsplit(self.path).path or "/"
+                page = site.lookup(path)
+                with site._lock:
+                    site.hits[path] += 1
+                self.send_response(page.status)
+                if page.location:
+                    self.send_header("Location", page.location)
+                self.send_header("Content-Type", page.content_type)
+                self.send_header("Content-Length", str(len(page.body)))
+                self.end_headers()
+                self.wfile.write(page.body)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    # What tests change on the fly.
+    def set_page(self, path: str, text: str, *, status: int = 200,
+                 content_type: str = "text/html; charset=utf-8") -> None:
+        with self._lock:
+            self.pages[path] = Page(status, text.encode("utf-8"), content_type)
+
+    def redirect(self, path: str, to: str, *, status: int = 301) -> None:
+        with self._lock:
+            self.pages[path] = Page(status, b"", "text/plain", location=to)
+
+    def remove(self, path: str, *, status: int = 404) -> None:
+        with self._lock:
+            self.pages[path] = Page(status, b"not found", "text/plain")
+
+    def lookup(self, path: str) -> Page:
+        with self._lock:
+            page = self.pages.get(path)
+        if page is not None:
+            return page
+        if self.root is not None:
+            return self._from_folder(path)
+        return Page(404, b"not found", "text/plain")
+
+    def _from_folder(self, path: str) -> Page:
+        root = self.root.resolve()
+        redirects = root / "_redirects"
+        if redirects.exists():
+            for line in redirects.read_text().splitlines():
+                fields = line.split("#", 1)[0].split()
+                if len(fields) >= 2 and fields[0] == path:
+                    return Page(int(fields[2]) if len(fields) > 2 else 301, b"", "text/plain", fields[1])
+        rel = path.strip("/") or "index"
+        for candidate in (rel, f"{rel}.html", f"{rel}/index.html", f"{rel}.md"):
+            file = (root / candidate).resolve()
+            if file.is_file() and root in file.parents:
+                kind = "text/markdown" if file.suffix == ".md" else "text/html"
+                return Page(200, file.read_bytes(), f"{kind}; charset=utf-8")
+        return Page(404, b"not found", "text/plain")
+
+    def start(self) -> "LoopbackSite":
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="loopback-site", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "LoopbackSite":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve a folder as a loopback web site.")
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=8900)
+    args = parser.parse_args()
+    site = LoopbackSite(args.root, port=args.port)
+    print(f"serving {args.root} at {site.base_url}", flush=True)
+    try:
+        site._server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Crawler health as asset checks on `pages`: its freshness depends on the crawler."""
+
+import dagster as dg
+
+from rag_pipeline.crawl import health
+from rag_pipeline.defs.crawl.resources import CrawlerResource
+from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.store import pushes
+
+PAGES = dg.AssetKey("pages")
+_DESCRIPTIONS = {
+    health.CRAWLER_NOT_PAUSED: "The crawler is not paused and its stats are readable.",
+    health.CRAWLER_QUEUE_NOT_GROWING: "The crawler's waiting queue is below CRAWLER_WAITING_MAX and not growing.",
+    health.PUSHES_DELIVERED: "Every push older than PUSH_DELIVERY_TIMEOUT_S has its delivery, and none was refused.",
+}
+
+
+def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource,
+                    waiting_history: list[int]) -> tuple[list[health.Outcome], int]:
+    settings = crawler.settings()
+    client = crawler.get()
+    state = client.health()
+    with postgres.connect() as conn:
+        undelivered = pushes.undelivered(conn, settings.push_delivery_timeout_s)
+        failed = pushes.failed_recently(conn, 3600)
+    outcomes = health.evaluate(
+        client.name, state, undelivered, failed, waiting_history=waiting_history,
+        waiting_max=settings.crawler_waiting_max, delivery_timeout_s=settings.push_delivery_timeout_s,
+    )
+    return outcomes, state.waiting
+
+
+def _severity(outcome: health.Outcome) -> dg.AssetCheckSeverity:
+    return dg.AssetCheckSeverity.WARN if outcome.warn else dg.AssetCheckSeverity.ERROR
+
+
+def to_evaluation(outcome: health.Outcome) -> dg.AssetCheckEvaluation:
+    return dg.AssetCheckEvaluation(
+        asset_key=PAGES, check_name=outcome.check_name, passed=outcome.passed,
+        severity=_severity(outcome), description=outcome.description,
+        metadata={"description": outcome.description, **outcome.metadata},
+    )
+
+
+@dg.multi_asset_check(
+    specs=[dg.AssetCheckSpec(name, asset=PAGES, description=_DESCRIPTIONS[name]) for name in health.CHECK_NAMES],
+    description="Crawler health (also recorded every minute by crawler_health_sensor).",
+)
+def crawler_health_checks(postgres: PostgresResource, crawler: CrawlerResource):
+    outcomes, _ = health_outcomes(postgres, crawler, [])
+    for o in outcomes:
+        yield dg.AssetCheckResult(
+            asset_key=PAGES, check_name=o.check_name, passed=o.passed, severity=_severity(o),
+            description=o.description, metadata={"description": o.description, **o.metadata},
+        )

@@ -1,0 +1,98 @@
+"""What gets pushed to the crawler, as runs: the recrawl sensor's batches, seeds, recrawl-now."""
+
+import dagster as dg
+
+from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
+from rag_pipeline.crawl.pushing import push_targets, register_seeds
+from rag_pipeline.defs.crawl.resources import CrawlerResource
+from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.store import schedule
+
+
+class PushConfig(dg.Config):
+    urls: list[str]                     # normalized page URLs
+    reason: str = "schedule"
+
+
+class SeedConfig(dg.Config):
+    seeds: list[str] = []               # seed-file lines: URL [every=6h], `#` comments
+    file: str | None = None             # or a seed file readable by the run
+
+
+class RecrawlNowConfig(dg.Config):
+    pattern: str                        # glob on the URL, e.g. https://docs.example.com/*
+    limit: int = 10_000
+
+
+def _push(context, postgres: PostgresResource, crawler: CrawlerResource, targets, reason: str):
+    settings = crawler.settings()
+    rules = load_rules(settings.cadence_file)
+    with postgres.connect() as conn:
+        report = push_targets(
+            conn, crawler.get(), targets, reason=reason, run_id=context.run_id,
+            concurrency=settings.crawler_push_concurrency, tombstone_recheck=rules.tombstone_recheck,
+        )
+    context.log.info(f"pushed {report.pushed}, failed {report.failed} ({reason})")
+    if report.failed:
+        context.log.warning("failed pushes:\n" + "\n".join(report.errors[:20]))
+    return report
+
+
+@dg.op(description="Push these pages to the crawler, record each push, move each next crawl.")
+def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: PostgresResource,
+               crawler: CrawlerResource) -> dg.Output:
+    with postgres.connect() as conn:
+        rows = conn.execute(
+            "SELECT url, coalesce(crawl_url, url) FROM pages WHERE url = ANY(%s) AND alias_of IS NULL"
+            " ORDER BY url", (config.urls,),
+        ).fetchall()
+    report = _push(context, postgres, crawler, [schedule.Target(*r) for r in rows], config.reason)
+    return dg.Output(report.pushed, metadata=report.as_metadata())
+
+
+@dg.op(description="Register seed URLs with their cadence, then push them.")
+def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: PostgresResource,
+               crawler: CrawlerResource) -> dg.Output:
+    lines = list(config.seeds)
+    if config.file:
+        with open(config.file, encoding="utf-8") as fh:
+            lines += fh.read().splitlines()
+    seeds = parse_seeds("\n".join(lines))
+    rules = load_rules(crawler.settings().cadence_file)
+    with postgres.connect() as conn:
+        targets, aliases = register_seeds(conn, seeds, rules)
+    report = _push(context, postgres, crawler, targets, "seed")
+    return dg.Output(report.pushed, metadata={**report.as_metadata(), "seeds": len(seeds),
+                                              "aliases_skipped": len(aliases)})
+
+
+@dg.op(description="Push now every page whose URL matches a glob pattern.")
+def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, postgres: PostgresResource,
+                  crawler: CrawlerResource) -> dg.Output:
+    with postgres.connect() as conn:
+        targets = schedule.matching(conn, glob_to_like(config.pattern), config.limit)
+    report = _push(context, postgres, crawler, targets, "manual")
+    return dg.Output(report.pushed, metadata={**report.as_metadata(), "matched": len(targets)})
+
+
+@dg.job(name="push", description="Push pages to the crawler (the recrawl sensor's batches land here).",
+        tags={"rag/kind": "push"})
+def push_job():
+    push_pages()
+
+
+@dg.job(name="seed", description="Seed: register URLs with their cadence and push them (config: seeds or file).",
+        tags={"rag/kind": "push"})
+def seed_job():
+    seed_pages()
+
+
+@dg.job(name="recrawl_now", description="Recrawl now every page matching a URL glob (config: pattern).",
+        tags={"rag/kind": "push"})
+def recrawl_now_job():
+    push_matching()
+
+
+def push_run_config(urls: list[str], reason: str) -> dict:
+    return {"ops": {"push_pages": {"config": {"urls": urls, "reason": reason}}}}
+

@@ -1,0 +1,67 @@
+"""recrawl_sensor pushes the pages that are due; crawler_health_sensor reports crawler health
+as check results on `pages`, so a paused crawler shows as a failed check in the UI."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import dagster as dg
+
+from rag_pipeline.crawl.cadence import load_rules
+from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
+from rag_pipeline.defs.crawl.jobs import push_job, push_run_config
+from rag_pipeline.defs.crawl.resources import CrawlerResource
+from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.settings import get_settings
+from rag_pipeline.store import schedule
+
+# A claimed page is due again after this if its push run never recorded the push.
+CLAIM_LEASE = timedelta(minutes=10)
+
+
+@dg.sensor(
+    job=push_job,
+    minimum_interval_seconds=get_settings().recrawl_interval_s,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Pushes the pages whose next_crawl_at has passed (each page by its own recrawl_every), "
+        "RECRAWL_BATCH_SIZE per tick, as one run of the `push` job. Pages first seen through a "
+        "delivery get their cadence from cadence.yaml here."
+    ),
+)
+def recrawl_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
+                   crawler: CrawlerResource) -> dg.SensorResult:
+    settings = crawler.settings()
+    rules = load_rules(settings.cadence_file)
+    with postgres.connect() as conn:
+        with conn.transaction():
+            assigned = schedule.assign_defaults(conn, rules.every_for, settings.recrawl_batch_size)
+            due = schedule.claim_due(conn, settings.recrawl_batch_size, CLAIM_LEASE,
+                                     rules.tombstone_recheck)
+    if not due:
+        return dg.SensorResult(skip_reason=dg.SkipReason(
+            f"no page due ({assigned} new page(s) given a cadence)"))
+    urls = [t.page_url for t in due]
+    return dg.SensorResult(run_requests=[dg.RunRequest(
+        run_key=f"recrawl-{uuid.uuid4().hex[:12]}",
+        run_config=push_run_config(urls, "schedule"),
+        tags={"rag/reason": "schedule", "rag/pages": str(len(urls))},
+    )])
+
+
+@dg.sensor(
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Reads the crawler's stats and the pushes table every minute and records the crawler "
+        "checks on `pages`: paused crawler, growing waiting queue, pushes with no delivery."
+    ),
+)
+def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
+                          crawler: CrawlerResource) -> dg.SensorResult:
+    history = json.loads(context.cursor)["waiting"] if context.cursor else []
+    outcomes, waiting = health_outcomes(postgres, crawler, history)
+    return dg.SensorResult(
+        asset_events=[to_evaluation(o) for o in outcomes],
+        cursor=json.dumps({"waiting": (history + [waiting])[-10:]}),
+    )

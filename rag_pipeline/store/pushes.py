@@ -1,0 +1,83 @@
+"""The pushes table: every request we made of the crawler, written before the push and finished
+with its result, so a push that never got its delivery is visible."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+
+@dataclass(frozen=True)
+class Outcome:
+    push_id: int
+    rid: str | None            # None: the push failed
+    attempts: int
+    error: str | None = None
+
+
+def begin(conn: psycopg.Connection, items: list[tuple[str, str]], *, reason: str, crawler: str,
+          run_id: str | None) -> list[int]:
+    """Record (crawl URL, page URL) pushes as pending; returns their ids in the same order."""
+    if not items:
+        return []
+    ids = [r[0] for r in conn.execute(
+        "SELECT nextval('pushes_push_id_seq') FROM generate_series(1, %s)", (len(items),)
+    ).fetchall()]
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO pushes (push_id, url, page_url, reason, crawler, run_id)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            [(pid, url, page_url, reason, crawler, run_id) for pid, (url, page_url) in zip(ids, items)],
+        )
+    return ids
+
+
+def finish(conn: psycopg.Connection, outcomes: list[Outcome]) -> None:
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE pushes SET rid = %s, result = %s, attempts = %s, error = %s, finished_at = now()"
+            " WHERE push_id = %s",
+            [(o.rid, "pushed" if o.rid else "failed", o.attempts, (o.error or "")[:2000] or None, o.push_id)
+             for o in outcomes],
+        )
+
+
+def pushed_url(conn: psycopg.Connection, rid: str) -> str | None:
+    row = conn.execute("SELECT url FROM pushes WHERE rid = %s", (rid,)).fetchone()
+    return row[0] if row else None
+
+
+@dataclass(frozen=True)
+class Undelivered:
+    count: int
+    examples: list[tuple[int, str, str]]       # (push_id, url, rid)
+
+
+def undelivered(conn: psycopg.Connection, older_than_s: float, window_s: float = 7 * 86400) -> Undelivered:
+    """Pushes accepted more than `older_than_s` ago (within the window) with no delivery yet."""
+    where = (
+        " FROM pushes p WHERE p.result = 'pushed'"
+        " AND p.pushed_at < now() - make_interval(secs => %(older)s)"
+        " AND p.pushed_at > now() - make_interval(secs => %(window)s)"
+        " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.rid = p.rid)"
+    )
+    params = {"older": older_than_s, "window": window_s}
+    count = conn.execute("SELECT count(*)" + where, params).fetchone()[0]
+    rows = conn.execute("SELECT p.push_id, p.url, p.rid" + where + " ORDER BY p.pushed_at LIMIT 5",
+                        params).fetchall()
+    return Undelivered(count, [tuple(r) for r in rows])
+
+
+def failed_recently(conn: psycopg.Connection, window_s: float) -> list[tuple[int, str, str]]:
+    rows = conn.execute(
+        "SELECT push_id, url, coalesce(error, '') FROM pushes WHERE result = 'failed'"
+        " AND pushed_at > now() - make_interval(secs => %s) ORDER BY push_id DESC LIMIT 5",
+        (window_s,),
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT result, count(*) FROM pushes GROUP BY result").fetchall()
+    return {r[0]: r[1] for r in rows}

@@ -1,0 +1,149 @@
+"""Each page's recrawl cadence and its place in the recrawl queue (`pages.next_crawl_at`).
+
+Aliases (redirected URLs) have no `next_crawl_at`: they are never pushed again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg
+
+from rag_pipeline.core.urls import page_id
+
+
+@dataclass(frozen=True)
+class Target:
+    """A page to push: its identity and the URL to crawl (as it was seeded)."""
+    page_url: str
+    crawl_url: str
+
+
+@dataclass(frozen=True)
+class Registered:
+    page_url: str
+    crawl_url: str
+    recrawl_every: timedelta
+    alias_of: str | None
+
+
+def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
+             explicit: bool) -> Registered:
+    """Add or update a seeded page, due now. An explicit cadence (seed `every=`) wins; a pattern
+    default never overrides a cadence someone set by hand."""
+    row = conn.execute(
+        "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
+        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now())"
+        " ON CONFLICT (page_id) DO UPDATE SET crawl_url = excluded.crawl_url,"
+        "   recrawl_every = CASE WHEN %(explicit)s OR pages.cadence_source IS NULL"
+        "     OR pages.cadence_source = 'default' THEN excluded.recrawl_every ELSE pages.recrawl_every END,"
+        "   cadence_source = CASE WHEN %(explicit)s OR pages.cadence_source IS NULL"
+        "     OR pages.cadence_source = 'default' THEN excluded.cadence_source ELSE pages.cadence_source END,"
+        "   next_crawl_at = CASE WHEN pages.alias_of IS NULL THEN now() END"
+        " RETURNING url, crawl_url, recrawl_every, alias_of",
+        {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every,
+         "source": "seed" if explicit else "default", "explicit": explicit},
+    ).fetchone()
+    return Registered(*row)
+
+
+def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timedelta) -> Registered:
+    """`rag-pipeline cadence set`: the next crawl moves to last crawl + the new interval."""
+    row = conn.execute(
+        "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
+        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, 'manual', now() + %(every)s)"
+        " ON CONFLICT (page_id) DO UPDATE SET recrawl_every = excluded.recrawl_every,"
+        "   cadence_source = 'manual',"
+        "   next_crawl_at = CASE WHEN pages.alias_of IS NULL"
+        "     THEN coalesce(pages.last_crawled_at, now()) + excluded.recrawl_every END"
+        " RETURNING url, coalesce(crawl_url, url), recrawl_every, alias_of",
+        {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every},
+    ).fetchone()
+    return Registered(*row)
+
+
+def assign_defaults(conn: psycopg.Connection, every_for, limit: int) -> int:
+    """Pages first seen through a delivery get their pattern's cadence (bounded per call)."""
+    rows = conn.execute(
+        "SELECT page_id, url FROM pages WHERE cadence_source IS NULL ORDER BY first_seen_at"
+        " LIMIT %s FOR UPDATE SKIP LOCKED",
+        (limit,),
+    ).fetchall()
+    if not rows:
+        return 0
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE pages SET recrawl_every = %s, cadence_source = 'default',"
+            " next_crawl_at = CASE WHEN alias_of IS NULL"
+            "   THEN coalesce(last_crawled_at, first_seen_at) + %s END WHERE page_id = %s",
+            [(every_for(url), every_for(url), pid) for pid, url in rows],
+        )
+    return len(rows)
+
+
+def claim_due(conn: psycopg.Connection, limit: int, lease: timedelta,
+              tombstone_recheck: timedelta = timedelta(days=30)) -> list[Target]:
+    """The pages whose next crawl has come, oldest first; each is leased for `lease` so the next
+    tick does not push it again before its push is recorded (a lost run frees it then).
+    A page tombstoned since it was scheduled is not pushed yet: it moves to its slow re-check."""
+    rows = conn.execute(
+        "WITH due AS (SELECT page_id, deleted_at + greatest(recrawl_every, %(slow)s) AS recheck"
+        "  FROM pages WHERE alias_of IS NULL AND next_crawl_at <= now()"
+        "  ORDER BY next_crawl_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+        " UPDATE pages p SET next_crawl_at = CASE WHEN due.recheck > now() THEN due.recheck"
+        "   ELSE now() + %(lease)s END"
+        " FROM due WHERE p.page_id = due.page_id"
+        " RETURNING p.url, coalesce(p.crawl_url, p.url), due.recheck > now()",
+        {"slow": tombstone_recheck, "limit": limit, "lease": lease},
+    ).fetchall()
+    return [Target(url, crawl_url) for url, crawl_url, postponed in rows if not postponed]
+
+
+def matching(conn: psycopg.Connection, like: str, limit: int) -> list[Target]:
+    """Live or tombstoned pages (not aliases) whose URL matches a LIKE pattern."""
+    rows = conn.execute(
+        "SELECT url, coalesce(crawl_url, url) FROM pages WHERE alias_of IS NULL"
+        " AND (url LIKE %s OR crawl_url LIKE %s) ORDER BY url LIMIT %s",
+        (like, like, limit),
+    ).fetchall()
+    return [Target(*r) for r in rows]
+
+
+def after_push(conn: psycopg.Connection, pushed: list[str], failed: list[str], *,
+               tombstone_recheck: timedelta, retry_after: timedelta) -> None:
+    """The next crawl moves when a push is recorded: one interval on, slower for a tombstone;
+    a failed push is tried again after `retry_after` (or its own interval, if shorter)."""
+    if pushed:
+        conn.execute(
+            "UPDATE pages SET next_crawl_at = now() + CASE WHEN deleted_at IS NOT NULL"
+            "   THEN greatest(recrawl_every, %s) ELSE recrawl_every END"
+            " WHERE url = ANY(%s) AND alias_of IS NULL",
+            (tombstone_recheck, pushed),
+        )
+    if failed:
+        conn.execute(
+            "UPDATE pages SET next_crawl_at = now() + least(recrawl_every, %s)"
+            " WHERE url = ANY(%s) AND alias_of IS NULL",
+            (retry_after, failed),
+        )
+
+
+def due_count(conn: psycopg.Connection) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM pages WHERE alias_of IS NULL AND next_crawl_at <= now()"
+    ).fetchone()[0]
+
+
+def overdue(conn: psycopg.Connection) -> tuple[int, list[str]]:
+    """Live pages not crawled for twice their interval (and never aliases)."""
+    rows = conn.execute(
+        "SELECT url FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL"
+        " AND coalesce(last_crawled_at, first_seen_at) < now() - 2 * recrawl_every"
+        " ORDER BY url LIMIT 10"
+    ).fetchall()
+    total = conn.execute(
+        "SELECT count(*) FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL"
+        " AND coalesce(last_crawled_at, first_seen_at) < now() - 2 * recrawl_every"
+    ).fetchone()[0]
+    return total, [r[0] for r in rows]

@@ -1,0 +1,139 @@
+"""Issue 4 acceptance: seeds with their own cadences, recrawls by one sensor, a changed page
+re-embedded, a redirect recorded as an alias, a 404 tombstoned, a paused crawler failing its
+check. Real receiver, Crawlbase simulator and site on loopback, a real Dagster instance."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import dagster as dg
+
+from rag_pipeline.crawl.health import CRAWLER_NOT_PAUSED, PUSHES_DELIVERED
+from rag_pipeline.defs.crawl.resources import CrawlerResource
+from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.settings import get_settings
+from rag_pipeline_tests.crawl.conftest import make_sim
+from rag_pipeline_tests.harness import Pipeline, load_defs
+
+
+def html(title: str, text: str) -> str:
+    return f"<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{text}</p></body></html>"
+
+
+def resources():
+    return {"postgres": PostgresResource(), "crawler": CrawlerResource()}
+
+
+class Crawl:
+    """Ticks recrawl_sensor / crawler_health_sensor and runs the crawl jobs in the instance."""
+
+    def __init__(self, instance, defs, sim):
+        self.instance, self.defs, self.sim = instance, defs, sim
+
+    def recrawl_tick(self) -> list[str]:
+        sensor = self.defs.resolve_sensor_def("recrawl_sensor")
+        result = sensor(dg.build_sensor_context(instance=self.instance, resources=resources()))
+        urls = []
+        for request in result.run_requests or []:
+            outcome = self.defs.resolve_job_def("push").execute_in_process(
+                run_config=request.run_config, instance=self.instance, tags=request.tags)
+            assert outcome.success
+            urls += request.run_config["ops"]["push_pages"]["config"]["urls"]
+        return urls
+
+    def run(self, job: str, op: str, config: dict) -> None:
+        outcome = self.defs.resolve_job_def(job).execute_in_process(
+            run_config={"ops": {op: {"config": config}}}, instance=self.instance)
+        assert outcome.success
+
+    def health(self, cursor=None) -> dict[str, dg.AssetCheckEvaluation]:
+        sensor = self.defs.resolve_sensor_def("crawler_health_sensor")
+        result = sensor(dg.build_sensor_context(instance=self.instance, resources=resources(), cursor=cursor))
+        return {e.check_name: e for e in result.asset_events}
+
+    def settle(self) -> None:
+        assert self.sim.wait_idle(15), self.sim.stats()
+
+
+def pushes_by_page(conn) -> dict[str, int]:
+    return dict(conn.execute("SELECT url, count(*) FROM pushes GROUP BY url").fetchall())
+
+
+def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, crawl_env, instance, tmp_path):
+    fast, hourly, daily = site.url("/fast"), site.url("/hourly"), site.url("/daily")
+    site.set_page("/fast", html("Prices", "The widget costs four dollars."))
+    site.set_page("/hourly", html("Hourly", "An hourly page about otters."))
+    site.set_page("/daily", html("Daily", "A daily page about herons."))
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(f"# three pages, three cadences\n{fast} every=1s\n{hourly} every=1h\n{daily} every=1d\n")
+
+    sim = make_sim(gate.webhook_url, crawl_env, probe_interval_s=0.1, probe_failures_to_pause=3)
+    try:
+        defs = load_defs()
+        pipeline, crawl = Pipeline(instance, defs), Crawl(instance, defs, sim)
+
+        crawl.run("seed", "seed_pages", {"file": str(seeds)})
+        crawl.settle()
+        assert len(pipeline.tick().runs) == 3
+        assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash IS NOT NULL").fetchone()[0] == 3
+        key = {u: u.replace("http://", "https://") for u in (fast, hourly, daily)}
+
+        # The price changes; a second later only the 1 s page is due, pushed and re-embedded.
+        site.set_page("/fast", html("Prices", "The widget now costs seven dollars."))
+        time.sleep(1.2)
+        assert crawl.recrawl_tick() == [key[fast]]
+        assert crawl.recrawl_tick() == []          # leased until its push is recorded, then 1 s on
+        crawl.settle()
+        assert pipeline.tick().partitions == [key[fast]]
+        assert pushes_by_page(conn) == {fast: 2, hourly: 1, daily: 1}
+        assert conn.execute("SELECT count(*) FROM embedding_ledger WHERE page_url = %s AND chunks_embedded > 0",
+                            (key[fast],)).fetchone()[0] == 2
+        source = conn.execute("SELECT source_text FROM pages WHERE url = %s", (key[fast],)).fetchone()[0]
+        assert "seven dollars" in source
+
+        # The hourly page moved: recrawl-now follows the redirect, records the alias, indexes once.
+        site.set_page("/moved", html("Hourly", "An hourly page about otters, moved."))
+        site.redirect("/hourly", "/moved")
+        crawl.run("recrawl_now", "push_matching", {"pattern": "*/hourly"})
+        crawl.settle()
+        assert pipeline.tick().partitions == [site.url("/moved").replace("http://", "https://")]
+        alias_of, = conn.execute("SELECT alias_of FROM pages WHERE url = %s", (key[hourly],)).fetchone()
+        assert alias_of == site.url("/moved").replace("http://", "https://")
+        assert conn.execute("SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s",
+                            (key[hourly],)).fetchone()[0] == 0
+
+        # The daily page is gone: its 404 tombstones it.
+        site.remove("/daily")
+        crawl.run("recrawl_now", "push_matching", {"pattern": "*/daily"})
+        crawl.settle()
+        pipeline.tick()
+        deleted_at, = conn.execute("SELECT deleted_at FROM pages WHERE url = %s", (key[daily],)).fetchone()
+        assert deleted_at is not None
+        # Once due, a tombstone is not pushed on its daily cadence but moved to the slow re-check.
+        conn.execute("UPDATE pages SET next_crawl_at = now() WHERE url = %s", (key[daily],))
+        assert key[daily] not in crawl.recrawl_tick()
+        recheck, = conn.execute("SELECT next_crawl_at - now() FROM pages WHERE url = %s", (key[daily],)).fetchone()
+        assert recheck.days >= 29
+
+        checks = crawl.health()
+        assert all(e.passed for e in checks.values()), {k: e.description for k, e in checks.items()}
+
+        # The receiver goes down: probes fail, the crawler pauses, its check fails and says why.
+        gate.down.set()
+        for _ in range(100):
+            if sim.paused:
+                break
+            time.sleep(0.05)
+        assert sim.paused
+        crawl_env.setenv("PUSH_DELIVERY_TIMEOUT_S", "0.3")
+        get_settings.cache_clear()
+        crawl.run("recrawl_now", "push_matching", {"pattern": "*/fast"})
+        time.sleep(0.5)
+        checks = crawl.health(cursor=json.dumps({"waiting": []}))
+        assert not checks[CRAWLER_NOT_PAUSED].passed
+        assert "PAUSED" in checks[CRAWLER_NOT_PAUSED].description
+        assert not checks[PUSHES_DELIVERED].passed
+        assert "no delivery yet" in checks[PUSHES_DELIVERED].description
+    finally:
+        sim.stop()
