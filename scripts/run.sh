@@ -9,6 +9,10 @@ BIN=.venv/bin
 export RAG_HOME="${RAG_HOME:-$PWD/.rag}"
 WEBHOOK_PORT="${WEBHOOK_PORT:-8800}"
 DAGSTER_PORT="${DAGSTER_PORT:-3000}"
+SITE_PORT="${SITE_PORT:-8900}"
+# The demo crawls a loopback site: the built-in local crawler, unless CRAWLER says otherwise.
+export CRAWLER="${CRAWLER:-local}"
+export WEBHOOK_PORT
 mkdir -p "$RAG_HOME"
 
 # A webhook token is required; make one for this checkout unless the user set theirs.
@@ -34,6 +38,8 @@ trap cleanup EXIT INT TERM
 
 "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
 pids+=($!)
+"$BIN/python" -m rag_pipeline.crawl.site --root samples/site --port "$SITE_PORT" &
+pids+=($!)
 "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
 pids+=($!)
 
@@ -50,12 +56,11 @@ wait_for() {  # url, seconds
 wait_for "http://127.0.0.1:$WEBHOOK_PORT/healthz" 60
 wait_for "http://127.0.0.1:$DAGSTER_PORT/server_info" 180
 
-# A few sample pages, delivered exactly as the crawler would, so the UI has something to show.
-for f in samples/*.md; do
-  name="$(basename "$f" .md)"
-  "$BIN/rag-pipeline" deliver "https://samples.rag-pipeline.local/$name" "$f" \
-    --webhook "http://127.0.0.1:$WEBHOOK_PORT/webhook" >/dev/null
-done
+# Seed the loopback sample site: pages are registered with their cadence, crawled by the local
+# crawler and delivered through the receiver exactly as Crawlbase would.
+wait_for "http://127.0.0.1:$SITE_PORT/" 30
+sed "s#{SITE}#http://127.0.0.1:$SITE_PORT#g" samples/site/seeds.txt > "$RAG_HOME/seeds.txt"
+"$BIN/rag-pipeline" seed "$RAG_HOME/seeds.txt"
 
 provider="${EMBEDDING_PROVIDER:-}"
 [ -n "$provider" ] || { [ -n "${OPENAI_API_KEY:-}" ] && provider=openai || provider=local; }
@@ -64,6 +69,8 @@ cat <<MSG
   rag-pipeline is running (embeddings: $provider)
     Dagster UI : http://127.0.0.1:$DAGSTER_PORT   (delivery_sensor ticks every 15 s)
     Webhook    : http://127.0.0.1:$WEBHOOK_PORT/webhook?token=…  (token: WEBHOOK_TOKEN, or $RAG_HOME/webhook_token)
+    Site       : http://127.0.0.1:$SITE_PORT  (samples/site, crawled by the $CRAWLER crawler; recrawl_sensor every 60 s)
+    Cadence    : .venv/bin/rag-pipeline cadence show http://127.0.0.1:$SITE_PORT/pricing
     Search     : .venv/bin/rag-pipeline search "how do I rotate the webhook token?"
     Status     : .venv/bin/rag-pipeline status
   Ctrl-C stops the receiver and Dagster; the database keeps running (rag-pipeline db stop).

@@ -1,4 +1,7 @@
-"""What gets pushed to the crawler, as runs: the recrawl sensor's batches, seeds, recrawl-now."""
+"""What gets pushed to the crawler, as runs: the recrawl sensor's batches, seeds, recrawl-now.
+
+The ops output Nothing: their results live in the pushes table and the run's metadata, and no
+IO manager is involved."""
 
 import dagster as dg
 
@@ -38,7 +41,7 @@ def _push(context, postgres: PostgresResource, crawler: CrawlerResource, targets
     return report
 
 
-@dg.op(description="Push these pages to the crawler, record each push, move each next crawl.")
+@dg.op(out=dg.Out(dg.Nothing), description="Push these pages to the crawler, record each push, move each next crawl.")
 def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: PostgresResource,
                crawler: CrawlerResource) -> dg.Output:
     with postgres.connect() as conn:
@@ -47,10 +50,10 @@ def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: Pos
             " ORDER BY url", (config.urls,),
         ).fetchall()
     report = _push(context, postgres, crawler, [schedule.Target(*r) for r in rows], config.reason)
-    return dg.Output(report.pushed, metadata=report.as_metadata())
+    return dg.Output(None, metadata=report.as_metadata())
 
 
-@dg.op(description="Register seed URLs with their cadence, then push them.")
+@dg.op(out=dg.Out(dg.Nothing), description="Register seed URLs with their cadence, then push them.")
 def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: PostgresResource,
                crawler: CrawlerResource) -> dg.Output:
     lines = list(config.seeds)
@@ -62,17 +65,17 @@ def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: Pos
     with postgres.connect() as conn:
         targets, aliases = register_seeds(conn, seeds, rules)
     report = _push(context, postgres, crawler, targets, "seed")
-    return dg.Output(report.pushed, metadata={**report.as_metadata(), "seeds": len(seeds),
+    return dg.Output(None, metadata={**report.as_metadata(), "seeds": len(seeds),
                                               "aliases_skipped": len(aliases)})
 
 
-@dg.op(description="Push now every page whose URL matches a glob pattern.")
+@dg.op(out=dg.Out(dg.Nothing), description="Push now every page whose URL matches a glob pattern.")
 def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, postgres: PostgresResource,
                   crawler: CrawlerResource) -> dg.Output:
     with postgres.connect() as conn:
         targets = schedule.matching(conn, glob_to_like(config.pattern), config.limit)
     report = _push(context, postgres, crawler, targets, "manual")
-    return dg.Output(report.pushed, metadata={**report.as_metadata(), "matched": len(targets)})
+    return dg.Output(None, metadata={**report.as_metadata(), "matched": len(targets)})
 
 
 @dg.job(name="push", description="Push pages to the crawler (the recrawl sensor's batches land here).",
