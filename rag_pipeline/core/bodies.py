@@ -47,6 +47,14 @@ def gunzip_capped(raw: bytes, max_bytes: int) -> bytes:
     return out
 
 
+def is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def decode_text(data: bytes) -> DecodedBody:
     """UTF-8, with invalid bytes replaced (U+FFFD) and the fact recorded, never refused:
     a site that serves one bad byte still has a page worth indexing."""

@@ -7,38 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.servers import serve
+from rag_pipeline_tests.webhook.conftest import PAGE, TOKEN, headers, post, rows
 from webhook_sensor.app import create_app
-
-TOKEN = "s3cret-token"
-PAGE = b"# Title\n\nSome text about pgvector.\n"
-
-
-def headers(**extra) -> dict[str, str]:
-    base = {"rid": "rid-1", "url": "https://example.com/a", "Original-Status": "200", "CB-Status": "200",
-            "Content-Encoding": "gzip"}
-    base.update(extra)
-    return {k: v for k, v in base.items() if v is not None}
-
-
-@pytest.fixture
-def client(database_url):
-    app = create_app(Settings(WEBHOOK_TOKEN=TOKEN, WEBHOOK_MAX_PAGE_BYTES=1_000_000), database_url=database_url)
-    with TestClient(app) as c:
-        yield c
-
-
-def rows(conn):
-    return conn.execute("SELECT rid, url, crawler_status, original_status, body_encoding FROM deliveries").fetchall()
-
-
-def post(client, *, token=TOKEN, body=gzip.compress(PAGE), **hdrs):
-    params = {"token": token} if token is not None else {}
-    return client.post("/webhook", params=params, headers=headers(**hdrs), content=body)
-
 
 def test_stores_a_gzip_delivery(client, conn):
     resp = post(client)
