@@ -6,7 +6,7 @@ sensor's tick cost with 100,000 pages registered.
    20/s limit. The simulator runs in its own process, paused, so that only the push path is measured.
 2. recrawl_sensor: the real sensor evaluated in a Dagster test instance against 100,000 pages:
    a tick with nothing due, ticks claiming a full batch (500) of due pages, and a tick giving
-   500 pages first seen through deliveries their pattern cadence.
+   500 pages first seen through deliveries their pattern cadence; and the health checks' queries.
 
 Usage: python bench/crawl_push.py [--pages 100000] [--pushes 2000]   (DATABASE_URL, or an embedded server)
 """
@@ -127,6 +127,18 @@ def bench_sensor(url: str, pages: int) -> None:
             conn.commit()
         t, _ = tick(instance)
         print(f"  tick, 500 new pages given a cadence + claim: {t * 1000:7.1f} ms")
+
+    # crawler_health_sensor's database side (every minute): overdue pages and undelivered pushes.
+    from rag_pipeline.store import pushes
+
+    with db.connection(url) as conn:
+        timings = []
+        for _ in range(5):
+            started = time.perf_counter()
+            count, _ = schedule.overdue(conn)
+            pushes.undelivered(conn, 3600)
+            timings.append(time.perf_counter() - started)
+        print(f"  health queries (overdue: {count} of {pages} pages): median {statistics.median(timings) * 1000:7.1f} ms")
 
 
 def main() -> int:

@@ -11,7 +11,8 @@ from rag_pipeline.store.pushes import Undelivered
 CRAWLER_NOT_PAUSED = "crawler_not_paused"
 CRAWLER_QUEUE_NOT_GROWING = "crawler_queue_not_growing"
 PUSHES_DELIVERED = "pushes_delivered"
-CHECK_NAMES = (CRAWLER_NOT_PAUSED, CRAWLER_QUEUE_NOT_GROWING, PUSHES_DELIVERED)
+NO_PAGE_OVERDUE = "no_page_overdue"
+CHECK_NAMES = (CRAWLER_NOT_PAUSED, CRAWLER_QUEUE_NOT_GROWING, PUSHES_DELIVERED, NO_PAGE_OVERDUE)
 # The waiting queue counts as growing when it rose on each of this many readings in a row.
 GROWING_READINGS = 4
 
@@ -27,7 +28,7 @@ class Outcome:
 
 def evaluate(crawler: str, health: CrawlerHealth, undelivered: Undelivered,
              failed: list[tuple[int, str, str]], *, waiting_history: list[int], waiting_max: int,
-             delivery_timeout_s: float) -> list[Outcome]:
+             delivery_timeout_s: float, overdue: tuple[int, list[str]] = (0, [])) -> list[Outcome]:
     out: list[Outcome] = []
     if health.status == "paused":
         out.append(Outcome(CRAWLER_NOT_PAUSED, False,
@@ -77,4 +78,13 @@ def evaluate(crawler: str, health: CrawlerHealth, undelivered: Undelivered,
     else:
         out.append(Outcome(PUSHES_DELIVERED, True,
                            f"Every push older than {int(delivery_timeout_s)} s has its delivery."))
+
+    count, examples = overdue
+    if count:
+        out.append(Outcome(NO_PAGE_OVERDUE, False,
+                           f"{count} live page(s) not crawled for over twice their recrawl_every (plus "
+                           f"10 min), e.g. {', '.join(examples)}. Is recrawl_sensor running, and are "
+                           "pushes delivered?", metadata={"overdue": count}))
+    else:
+        out.append(Outcome(NO_PAGE_OVERDUE, True, "Every live page was crawled within twice its recrawl_every."))
     return out

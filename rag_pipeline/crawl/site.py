@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ class Page:
     body: bytes = b""
     content_type: str = "text/html; charset=utf-8"
     location: str | None = None
+    delay_s: float = 0.0          # a slow page, to see politeness limits at work
 
 
 class LoopbackSite:
@@ -29,6 +31,8 @@ class LoopbackSite:
         self.root = Path(root) if root else None
         self.pages: dict[str, Page] = {}
         self.hits: Counter = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0       # the most requests served at once
         self._lock = threading.Lock()
         site = self
 
@@ -40,6 +44,14 @@ class LoopbackSite:
                 page = site.lookup(path)
                 with site._lock:
                     site.hits[path] += 1
+                    site.in_flight += 1
+                    site.max_in_flight = max(site.max_in_flight, site.in_flight)
+                try:
+                    if page.delay_s:
+                        time.sleep(page.delay_s)
+                finally:
+                    with site._lock:
+                        site.in_flight -= 1
                 self.send_response(page.status)
                 if page.location:
                     self.send_header("Location", page.location)
@@ -65,9 +77,9 @@ class LoopbackSite:
 
     # What tests change on the fly.
     def set_page(self, path: str, text: str, *, status: int = 200,
-                 content_type: str = "text/html; charset=utf-8") -> None:
+                 content_type: str = "text/html; charset=utf-8", delay_s: float = 0.0) -> None:
         with self._lock:
-            self.pages[path] = Page(status, text.encode("utf-8"), content_type)
+            self.pages[path] = Page(status, text.encode("utf-8"), content_type, delay_s=delay_s)
 
     def redirect(self, path: str, to: str, *, status: int = 301) -> None:
         with self._lock:

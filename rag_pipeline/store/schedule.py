@@ -135,15 +135,13 @@ def due_count(conn: psycopg.Connection) -> int:
     ).fetchone()[0]
 
 
-def overdue(conn: psycopg.Connection) -> tuple[int, list[str]]:
-    """Live pages not crawled for twice their interval (and never aliases)."""
+def overdue(conn: psycopg.Connection, grace: timedelta = timedelta(minutes=10)) -> tuple[int, list[str]]:
+    """Live pages (not aliases) not crawled for twice their interval, plus a grace for the sensor
+    interval and the crawl itself. One scan of `pages`: ~tens of ms at 100k pages."""
     rows = conn.execute(
-        "SELECT url FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL"
-        " AND coalesce(last_crawled_at, first_seen_at) < now() - 2 * recrawl_every"
-        " ORDER BY url LIMIT 10"
+        "SELECT url, count(*) OVER () FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL"
+        " AND coalesce(last_crawled_at, first_seen_at) < now() - 2 * recrawl_every - %s"
+        " ORDER BY coalesce(last_crawled_at, first_seen_at) LIMIT 5",
+        (grace,),
     ).fetchall()
-    total = conn.execute(
-        "SELECT count(*) FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL"
-        " AND coalesce(last_crawled_at, first_seen_at) < now() - 2 * recrawl_every"
-    ).fetchone()[0]
-    return total, [r[0] for r in rows]
+    return (rows[0][1] if rows else 0), [r[0] for r in rows]

@@ -114,3 +114,22 @@ def test_concurrent_pushes_each_get_their_own_rid(gate, site, crawl_env):
         assert all(sim.ledger.pushes[r] == u for r, u in zip(rids, urls))
     finally:
         sim.stop()
+
+
+def test_local_crawler_is_polite_per_host_and_times_out(gate, site, conn):
+    for i in range(6):
+        site.set_page(f"/slow{i}", f"<h1>Slow {i}</h1><p>text</p>", delay_s=0.15)
+    site.set_page("/stuck", "<h1>Stuck</h1>", delay_s=3)
+    crawler = LocalCrawler(callback_url=gate.webhook_url, user_agent="rag-test/1", per_host=2, workers=8,
+                           timeout_s=1.0)
+    try:
+        rids = [crawler.push(site.url(f"/slow{i}")).rid for i in range(6)]
+        assert crawler.drain(10) == 0
+        assert site.max_in_flight == 2      # 8 workers, but at most 2 requests to one host at a time
+        stuck = crawler.push(site.url("/stuck")).rid
+        assert crawler.drain(10) == 0
+    finally:
+        crawler.close()
+    rows = {r[0]: r[3:] for r in deliveries(conn)}
+    assert all(rows[r] == (200, 200) for r in rids)
+    assert rows[stuck] == (520, None)       # a timeout is a crawler failure: recorded, never a delete

@@ -92,3 +92,15 @@ def test_a_redirect_to_a_gone_page_tombstones_the_target_and_aliases_the_source(
         put(conn, NEW, "gone", pushed_url=OLD, status=404)
         assert dict(route_batch(conn, 10, MAX).outcomes) == {"deleted": 1}
         assert page(conn, OLD)[0] == NEW and page(conn, NEW)[4] is not None
+
+
+def test_overdue_pages_ignore_aliases_and_tombstones(database_url):
+    with db.connection(database_url) as conn:
+        conn.autocommit = True
+        for url in (OLD, NEW, "https://example.com/gone", "https://example.com/fresh"):
+            schedule.register(conn, url, url, timedelta(hours=1), explicit=True)
+        conn.execute("UPDATE pages SET last_crawled_at = now() - interval '3 hours'"
+                     " WHERE url <> 'https://example.com/fresh'")
+        conn.execute("UPDATE pages SET alias_of = %s WHERE url = %s", (NEW, OLD))
+        conn.execute("UPDATE pages SET deleted_at = now() WHERE url = 'https://example.com/gone'")
+        assert schedule.overdue(conn) == (1, [NEW])

@@ -5,13 +5,14 @@ import dagster as dg
 from rag_pipeline.crawl import health
 from rag_pipeline.defs.crawl.resources import CrawlerResource
 from rag_pipeline.defs.resources import PostgresResource
-from rag_pipeline.store import pushes
+from rag_pipeline.store import pushes, schedule
 
 PAGES = dg.AssetKey("pages")
 _DESCRIPTIONS = {
     health.CRAWLER_NOT_PAUSED: "The crawler is not paused and its stats are readable.",
     health.CRAWLER_QUEUE_NOT_GROWING: "The crawler's waiting queue is below CRAWLER_WAITING_MAX and not growing.",
     health.PUSHES_DELIVERED: "Every push older than PUSH_DELIVERY_TIMEOUT_S has its delivery, and none was refused.",
+    health.NO_PAGE_OVERDUE: "No live page is overdue past twice its recrawl_every (plus 10 min).",
 }
 
 
@@ -23,9 +24,11 @@ def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource,
     with postgres.connect() as conn:
         undelivered = pushes.undelivered(conn, settings.push_delivery_timeout_s)
         failed = pushes.failed_recently(conn, 3600)
+        overdue = schedule.overdue(conn)
     outcomes = health.evaluate(
         client.name, state, undelivered, failed, waiting_history=waiting_history,
         waiting_max=settings.crawler_waiting_max, delivery_timeout_s=settings.push_delivery_timeout_s,
+        overdue=overdue,
     )
     return outcomes, state.waiting
 
