@@ -12,6 +12,11 @@ from rag_pipeline.defs.resources import PostgresResource
 from rag_pipeline.store import schedule
 
 
+# One push op at a time across runs (`dagster instance concurrency set crawler_push 1`, done by
+# `make run`): CRAWLER_PUSH_RATE is enforced per process, so two concurrent push runs would double it.
+CRAWLER_PUSH_POOL = "crawler_push"
+
+
 class PushConfig(dg.Config):
     urls: list[str]                     # normalized page URLs
     reason: str = "schedule"
@@ -41,7 +46,8 @@ def _push(context, postgres: PostgresResource, crawler: CrawlerResource, targets
     return report
 
 
-@dg.op(out=dg.Out(dg.Nothing), description="Push these pages to the crawler, record each push, move each next crawl.")
+@dg.op(out=dg.Out(dg.Nothing), pool=CRAWLER_PUSH_POOL,
+       description="Push these pages to the crawler, record each push, move each next crawl.")
 def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: PostgresResource,
                crawler: CrawlerResource) -> dg.Output:
     with postgres.connect() as conn:
@@ -53,7 +59,8 @@ def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: Pos
     return dg.Output(None, metadata=report.as_metadata())
 
 
-@dg.op(out=dg.Out(dg.Nothing), description="Register seed URLs with their cadence, then push them.")
+@dg.op(out=dg.Out(dg.Nothing), pool=CRAWLER_PUSH_POOL,
+       description="Register seed URLs with their cadence, then push them.")
 def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: PostgresResource,
                crawler: CrawlerResource) -> dg.Output:
     lines = list(config.seeds)
@@ -69,7 +76,8 @@ def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: Pos
                                               "aliases_skipped": len(aliases)})
 
 
-@dg.op(out=dg.Out(dg.Nothing), description="Push now every page whose URL matches a glob pattern.")
+@dg.op(out=dg.Out(dg.Nothing), pool=CRAWLER_PUSH_POOL,
+       description="Push now every page whose URL matches a glob pattern.")
 def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, postgres: PostgresResource,
                   crawler: CrawlerResource) -> dg.Output:
     with postgres.connect() as conn:
