@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from rag_pipeline.crawl.base import CrawlerHealth, Pushed, callback_headers
+from rag_pipeline.crawl.base import CrawlerHealth, PushError, Pushed, callback_headers
 from rag_pipeline.crawl.fetching import DeliveryFailed, deliver, fetch_markdown
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ class LocalCrawler:
     def push(self, url: str, *, push_id: int | None = None) -> Pushed:
         scheme = urlsplit(url).scheme.lower()
         if scheme not in ("http", "https"):
-            from rag_pipeline.crawl.base import PushError
             raise PushError(f"cannot crawl {url!r}: only http(s)", status=400)
         rid = uuid.uuid4().hex
         with self._idle:

@@ -10,8 +10,9 @@ rid; monitoring probes (`User-Agent: Crawlbase Monitoring Bot 1.0`, `rid: dummyr
 (or, with `auto_resume`, until a probe succeeds again).
 
 Faults on demand (`faults` attribute, changeable while running): delivery delays, duplicate
-deliveries, out-of-order delivery, crawler status 503, push API errors (429/503). The site side
-(404/410, redirects) is the loopback site's job (`rag_pipeline.crawl.site`).
+deliveries, out-of-order delivery, crawler status 503, push API errors (429/503), and pages that
+answer 404/410 or redirect whatever the site says. The loopback site (`rag_pipeline.crawl.site`)
+can also serve real 404/410s and redirects.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Faults:
     crawler_503_rate: float = 0.0                # deliver a crawl failure (PC-Status 503, no body)
     push_error_rate: float = 0.0                 # the push API answers `push_error_status`
     push_error_status: int = 503
+    gone: dict[str, int] = field(default_factory=dict)        # URL → 404/410, whatever the site says
+    redirects: dict[str, str] = field(default_factory=dict)   # URL → the URL it lands on
 
 
 @dataclass
@@ -269,6 +272,13 @@ class CrawlbaseSimulator:
             failure = faults.crawler_503_rate and self._rng.random() < faults.crawler_503_rate
         if failure:
             fetched = Fetched(job.url, None, 503, "", "simulated crawler failure")
+        elif job.url in faults.gone:
+            fetched = Fetched(job.url, faults.gone[job.url], 200, "Not Found\n")
+        elif job.url in faults.redirects:
+            # Crawlbase follows the redirect and reports the final URL in the `url` header.
+            landed = fetch_markdown(self._fetch, faults.redirects[job.url])
+            fetched = Fetched(faults.redirects[job.url], landed.original_status, landed.crawler_status,
+                              landed.markdown, landed.error)
         else:
             fetched = fetch_markdown(self._fetch, job.url)
         if faults.reorder_window > 1:

@@ -133,3 +133,20 @@ def test_local_crawler_is_polite_per_host_and_times_out(gate, site, conn):
     rows = {r[0]: r[3:] for r in deliveries(conn)}
     assert all(rows[r] == (200, 200) for r in rids)
     assert rows[stuck] == (520, None)       # a timeout is a crawler failure: recorded, never a delete
+
+
+def test_simulator_injects_404_410_and_redirects(gate, site, conn, crawl_env):
+    site.set_page("/a", "<h1>A</h1><p>alpha</p>")
+    site.set_page("/b", "<h1>B</h1><p>beta</p>")
+    sim = make_sim(gate.webhook_url, crawl_env, faults=Faults(
+        gone={site.url("/a"): 410}, redirects={site.url("/old"): site.url("/b")}))
+    try:
+        gone = client(sim).push(site.url("/a")).rid
+        moved = client(sim).push(site.url("/old")).rid
+        assert sim.wait_idle(10)
+    finally:
+        sim.stop()
+    rows = {r[0]: r[1:] for r in deliveries(conn)}
+    assert rows[gone] == (site.url("/a"), site.url("/a"), 200, 410)
+    assert rows[moved] == (site.url("/b"), site.url("/old"), 200, 200)
+    assert site.hits["/a"] == 0 and site.hits["/b"] == 1
