@@ -80,7 +80,7 @@ def db_migrate() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8800, show_default=True, type=int)
 @click.option("--workers", default=None, type=click.IntRange(1, 32),
-              help="uvicorn worker processes [default: WEBHOOK_WORKERS, 1]")
+              help="uvicorn worker processes [default: WEBHOOK_WORKERS, 2]")
 def webhook(host: str, port: int, workers: int | None) -> None:
     """Serve the crawler webhook (POST /webhook, GET /healthz, GET /metrics)."""
     import os
@@ -92,6 +92,9 @@ def webhook(host: str, port: int, workers: int | None) -> None:
     if not settings.webhook_token and not settings.webhook_allow_no_token:
         raise CliError("WEBHOOK_TOKEN is not set (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
     workers = workers or settings.webhook_workers
+    from rag_pipeline.store import db
+
+    db.prepare(db.server_url(settings))  # once, before the workers start (they would race on a fresh server)
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker counts in its own process: a shared directory lets /metrics sum them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="rag-webhook-metrics-")

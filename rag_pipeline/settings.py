@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     webhook_max_page_bytes: int = Field(default=50 * 1024 * 1024, alias="WEBHOOK_MAX_PAGE_BYTES")
     # Connections per receiver process, and processes: sized for 2 cores (see README, bench/webhook_load.py).
     webhook_pool_size: int = Field(default=4, alias="WEBHOOK_POOL_SIZE", ge=1, le=64)
-    webhook_workers: int = Field(default=1, alias="WEBHOOK_WORKERS", ge=1, le=32)
+    webhook_workers: int = Field(default=2, alias="WEBHOOK_WORKERS", ge=1, le=32)
     # One JSON line per request; refusals are logged whatever this says.
     webhook_access_log: bool = Field(default=True, alias="WEBHOOK_ACCESS_LOG")
 

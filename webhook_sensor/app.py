@@ -72,7 +72,15 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         url = database_url or db.server_url(settings)
-        db.prepare(url)
+        for attempt in range(3):
+            try:
+                db.prepare(url)
+                break
+            except psycopg.errors.UniqueViolation:
+                # Workers starting together on a fresh server race to create the database and the
+                # migrations table: one wins, the others try again and find it done.
+                if attempt == 2:
+                    raise
         pool = AsyncConnectionPool(url, min_size=settings.webhook_pool_size, max_size=settings.webhook_pool_size,
                                    open=False, timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True})
         await pool.open(wait=True)
@@ -105,12 +113,13 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         """Store one crawler delivery (token checked before the body is read)."""
         check_token(request, token_digest)
         note = request.scope.get(NOTE_KEY, {})
-        if intake.is_probe(request.headers):
+        headers = intake.HeaderIndex(request.scope["headers"])
+        if intake.is_probe(headers):
             metrics.deliveries.labels("probe").inc()
             note.update(outcome="probe")
             return JSONResponse({"status": "ignored", "reason": "monitoring probe"})
         raw = await read_capped(request, settings.webhook_max_body_bytes)
-        delivery = intake.parse(request.headers, raw, max_page_bytes=settings.webhook_max_page_bytes)
+        delivery = intake.parse(headers, raw, max_page_bytes=settings.webhook_max_page_bytes)
         if isinstance(delivery, Probe):
             metrics.deliveries.labels("probe").inc()
             note.update(outcome="probe")

@@ -74,6 +74,22 @@ class Delivery:
         }
 
 
+class HeaderIndex:
+    """The request's headers indexed once by lower-case name (the ASGI raw list, latin-1 as HTTP
+    allows): a dozen look-ups per delivery then cost one dict access each."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]):
+        values: dict[str, list[str]] = {}
+        for name, value in raw:
+            values.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        self._values = values
+
+    def getlist(self, key: str) -> list[str]:
+        return self._values.get(key, [])
+
+
 def header(headers: HeaderSource, names: tuple[str, ...]) -> str | None:
     """The first non-empty header among `names`; a value repeated by a proxy counts once."""
     for name in names:
