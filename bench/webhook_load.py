@@ -296,7 +296,7 @@ def main() -> int:
     parser.add_argument("--levels", default="1,8,32,128")
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop offered rate (deliveries/s)")
     parser.add_argument("--max-in-flight", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEBHOOK_WORKERS", "1")))
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEBHOOK_WORKERS", "2")))
     parser.add_argument("--pool-size", type=int, default=int(os.environ.get("WEBHOOK_POOL_SIZE", "4")))
     parser.add_argument("--only", choices=["receiver", "baseline"], help="load one receiver only (tuning)")
     parser.add_argument("--with-ingestion", action="store_true",
