@@ -98,8 +98,8 @@ def ensure_database(url: str) -> None:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target,)).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(target)))
-    except psycopg.errors.DuplicateDatabase:
-        pass  # created concurrently
+    except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+        pass  # created concurrently by another process (two receiver workers starting together)
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"cannot reach PostgreSQL at {redact(url)}: {exc}") from exc
 
@@ -125,6 +125,8 @@ def migrate(conn: psycopg.Connection, directory: Path = SQL_DIR) -> list[str]:
     """Apply each numbered file once, in order, each in its own transaction; returns what ran."""
     applied_now: list[str] = []
     with conn.transaction():
+        # Under the lock: CREATE TABLE IF NOT EXISTS itself races between two processes.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"

@@ -33,3 +33,18 @@ def test_unreachable_server_gives_clear_error():
 
     with pytest.raises(db.DatabaseError, match="cannot reach PostgreSQL"):
         db.ensure_database("postgresql://nobody@127.0.0.1:1/rag?connect_timeout=2")
+
+
+def test_concurrent_prepare_creates_and_migrates_once(pg_server_url):
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = db.with_database(pg_server_url, "t_migrate_race")
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: db.prepare(url), range(4)))
+        applied = [version for r in results for version in r]
+        # Each file applied exactly once, whichever process got to it.
+        assert sorted(applied) == [p.stem for p in db.migration_files()]
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS t_migrate_race WITH (FORCE)")
