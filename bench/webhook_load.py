@@ -68,6 +68,11 @@ class Result:
     errors: int = 0
     elapsed: float = 0.0
     acked: list[str] = field(default_factory=list)
+    # Open loop only: how late the generator's timer fired (its own lag on the shared cores) and
+    # how long a due request then waited for one of the max-in-flight connections (the receiver's).
+    timer_lag: list[float] = field(default_factory=list)
+    conn_wait: list[float] = field(default_factory=list)
+    service: list[float] = field(default_factory=list)  # from the request's write to its answer
 
     def line(self) -> str:
         lat = sorted(self.latencies)
@@ -77,8 +82,15 @@ class Result:
         def pct(p: float) -> float:
             return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
 
-        return (f"{self.name:<28} {len(lat) / self.elapsed:8.0f}/s  p50 {pct(.5):7.1f}  p95 {pct(.95):7.1f}  "
+        text = (f"{self.name:<28} {len(lat) / self.elapsed:8.0f}/s  p50 {pct(.5):7.1f}  p95 {pct(.95):7.1f}  "
                 f"p99 {pct(.99):7.1f}  max {lat[-1] * 1000:7.1f} ms  errors {self.errors}  (n={len(lat)})")
+        if self.timer_lag:
+            lag, wait = sorted(self.timer_lag), sorted(self.conn_wait)
+            service = sorted(self.service)
+            text += (f"\n{'':<28} of which: generator timer lag p50/p99 {_ms(lag, .5):.1f}/{_ms(lag, .99):.1f} ms, "
+                     f"wait for a free connection p50/p99 {_ms(wait, .5):.1f}/{_ms(wait, .99):.1f} ms; "
+                     f"from write to answer p50/p99 {_ms(service, .5):.1f}/{_ms(service, .99):.1f} ms")
+        return text
 
     @property
     def throughput(self) -> float:
@@ -87,6 +99,10 @@ class Result:
     def p99(self) -> float:
         lat = sorted(self.latencies)
         return lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000 if lat else float("inf")
+
+
+def _ms(sorted_values: list[float], p: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))] * 1000
 
 
 class Traffic:
@@ -168,6 +184,7 @@ async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, m
     async def one(scheduled: float, conn) -> None:
         reader, writer = conn
         rid, request = traffic.next()
+        written = time.perf_counter()
         try:
             status = await asyncio.wait_for(exchange(reader, writer, request), 30)
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
@@ -175,7 +192,9 @@ async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, m
             writer.close()
             idle.put_nowait(await asyncio.open_connection("127.0.0.1", port))
             return
-        result.latencies.append(time.perf_counter() - scheduled)  # queueing included
+        answered = time.perf_counter()
+        result.latencies.append(answered - scheduled)  # queueing included
+        result.service.append(answered - written)
         if status == 200:
             traffic.acked.append(rid)
         else:
@@ -189,7 +208,10 @@ async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, m
         delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
+        due = time.perf_counter()
+        result.timer_lag.append(max(0.0, due - scheduled))
         conn = await idle.get()  # at most max_in_flight outstanding; waiting here is latency too
+        result.conn_wait.append(time.perf_counter() - due)
         task = asyncio.create_task(one(scheduled, conn))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -298,6 +320,8 @@ def main() -> int:
     parser.add_argument("--max-in-flight", type=int, default=32)
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WEBHOOK_WORKERS", "2")))
     parser.add_argument("--pool-size", type=int, default=int(os.environ.get("WEBHOOK_POOL_SIZE", "4")))
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                        help="the generator's event loop (uvloop: less of the shared CPU, smaller timer lag)")
     parser.add_argument("--only", choices=["receiver", "baseline"], help="load one receiver only (tuning)")
     parser.add_argument("--with-ingestion", action="store_true",
                         help="keep delivery_sensor + index_page runs busy on the receiver's database meanwhile")
@@ -314,7 +338,8 @@ def main() -> int:
     sizes = [len(b) for b in bodies]
     print(f"webhook bench: {os.cpu_count()} cores, workers={args.workers}, pool={args.pool_size}, "
           f"{args.duration:.0f} s per phase, bodies {min(sizes)//1000}-{max(sizes)//1000} KB gzip'd "
-          f"(pages 5-100 KB), 10% duplicate rids, ingestion={'on' if args.with_ingestion else 'off'}")
+          f"(pages 5-100 KB), 10% duplicate rids, ingestion={'on' if args.with_ingestion else 'off'}, "
+          f"generator loop {args.loop}")
 
     targets = {}
     if args.only != "baseline":
@@ -337,19 +362,27 @@ def main() -> int:
                 stdout=open(work / "ingest.log", "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
             time.sleep(5)  # let it load the definitions and start ticking
 
+        if args.loop == "uvloop":
+            import uvloop
+
+            run = uvloop.run
+        else:
+            run = asyncio.run
         phases = [("closed", c) for c in levels] + [("open", args.rate)]
         for kind, level in phases:
             for name in targets:
-                cpu0 = servers[name].cpu_seconds()
+                cpu0, gen0 = servers[name].cpu_seconds(), time.process_time()
                 if kind == "closed":
-                    r = asyncio.run(closed_loop(servers[name].port, traffic[name], level, args.duration,
+                    r = run(closed_loop(servers[name].port, traffic[name], level, args.duration,
                                                 f"{name} c={level}"))
                 else:
-                    r = asyncio.run(open_loop(servers[name].port, traffic[name], level, args.duration,
+                    r = run(open_loop(servers[name].port, traffic[name], level, args.duration,
                                               args.max_in_flight, f"{name} open {level:.0f}/s"))
-                cpu = servers[name].cpu_seconds() - cpu0
+                cpu, gen = servers[name].cpu_seconds() - cpu0, time.process_time() - gen0
                 results[name].append((kind, level, r))
-                print(f"{r.line()}  server cpu {cpu / r.elapsed:.2f} cores", flush=True)
+                print(f"{r.line()}  server cpu {cpu / r.elapsed:.2f} cores "
+                      f"({cpu / max(1, len(r.latencies)) * 1000:.2f} ms per delivery), "
+                      f"generator {gen / r.elapsed:.2f} cores", flush=True)
 
         print()
         if "receiver" in results and "baseline" in results:

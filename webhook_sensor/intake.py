@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from rag_pipeline.core.bodies import BodyError, gunzip_capped, is_gzip, is_utf8
+from isal import isal_zlib
+
+from rag_pipeline.core.bodies import is_gzip, is_utf8
 from rag_pipeline.core.delivery import Verdict, classify, parse_status
 
 PROBE_USER_AGENT = "Crawlbase Monitoring Bot"
@@ -144,9 +146,10 @@ def http_url(value: str) -> str | None:
 def valid_url(url: object) -> str:
     if url is None or (isinstance(url, str) and not url.strip()):
         raise Refused(400, "missing_url", "missing url")
-    if not isinstance(url, str) or http_url(url) is None:
+    checked = http_url(url) if isinstance(url, str) else None
+    if checked is None:
         raise Refused(400, "bad_url", f"url is not an http(s) URL of at most {MAX_URL_CHARS} characters")
-    return http_url(url)  # type: ignore[return-value]
+    return checked
 
 
 def status(value: object) -> int | None:
@@ -163,13 +166,31 @@ def status(value: object) -> int | None:
         raise Refused(400, "bad_status", f"bad status header: {exc}") from exc
 
 
+# FLG bits 5-7 of a gzip header are reserved: zlib refuses them, ISA-L ignores them.
+_GZIP_RESERVED_FLAGS = 0xE0
+
+
 def decompress(raw: bytes, max_page_bytes: int) -> bytes:
+    """Inflate and check a gzip body completely (deflate stream, CRC-32 and length trailer),
+    producing at most `max_page_bytes` + 1 bytes however large it claims to be (a gzip bomb).
+
+    ISA-L (`isal`) instead of zlib: the same checks, about 3x faster (~36 µs instead of ~110 µs for
+    the benchmark's 5-100 KB pages). It reads the stream exactly as zlib does, with one exception
+    checked here (reserved header flags); a corrupt body past the cap may come out `bad_gzip`
+    where zlib said `page_too_large` (refused either way).
+    """
+    if len(raw) > 3 and raw[3] & _GZIP_RESERVED_FLAGS:
+        raise Refused(400, "bad_gzip", "body is not valid gzip: unknown header flags set")
+    inflater = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
     try:
-        return gunzip_capped(raw, max_page_bytes)
-    except BodyError as exc:
-        if exc.too_large:
-            raise Refused(413, "page_too_large", exc.reason) from exc
-        raise Refused(400, "bad_gzip", exc.reason) from exc
+        page = inflater.decompress(raw, max_page_bytes + 1)
+    except isal_zlib.error as exc:
+        raise Refused(400, "bad_gzip", f"body is not valid gzip: {exc}") from exc
+    if len(page) > max_page_bytes or inflater.unconsumed_tail:
+        raise Refused(413, "page_too_large", f"decompressed body exceeds {max_page_bytes} bytes")
+    if not inflater.eof:
+        raise Refused(400, "bad_gzip", "body is truncated gzip")
+    return page
 
 
 def parse(headers: HeaderSource, raw: bytes, *, max_page_bytes: int) -> Delivery | Probe:

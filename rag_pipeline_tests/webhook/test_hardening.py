@@ -47,6 +47,9 @@ def test_bad_headers_are_refused_with_a_reason(client, conn, change, status, rea
     [
         (b"\x1f\x8b\x08\x00garbage-not-deflate", "bad_gzip"),
         (gzip.compress(PAGE)[:-12], "bad_gzip"),  # truncated
+        (gzip.compress(PAGE)[:-8] + b"\0\0\0\0" + gzip.compress(PAGE)[-4:], "bad_gzip"),  # wrong CRC-32
+        (gzip.compress(PAGE)[:-4] + b"\xff\0\0\0", "bad_gzip"),  # wrong length trailer
+        (gzip.compress(PAGE)[:3] + b"\x20" + gzip.compress(PAGE)[4:], "bad_gzip"),  # reserved flag bit
         (gzip.compress(b"   \n"), "empty_body"),
         (b"", "empty_body"),
     ],
@@ -185,3 +188,46 @@ def test_database_gone_is_503_never_500(database_url, pg_server_url, conn, log_l
         resp = post(c)
         assert resp.status_code == 503 and resp.json()["reason"] == "database_unavailable"
         assert 'webhook_refusals_total{reason="database_unavailable"} 1.0' in c.get("/metrics").text
+
+
+def test_isal_inflate_agrees_with_zlib_on_what_it_accepts():
+    """The receiver inflates with ISA-L for speed; what it accepts must be exactly what zlib accepts."""
+    import random
+    import zlib
+
+    from webhook_sensor.intake import Refused, decompress
+
+    def by_zlib(raw: bytes, cap: int) -> bytes | None:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = inflater.decompress(raw, cap + 1)
+        except zlib.error:
+            return None
+        return out if len(out) <= cap and not inflater.unconsumed_tail and inflater.eof else None
+
+    rng = random.Random(3)
+    for _ in range(3000):
+        body = bytearray(gzip.compress(rng.randbytes(rng.randint(0, 200)) + PAGE * rng.randint(1, 200)))
+        for _ in range(rng.randint(0, 2)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            body = body[:rng.randrange(len(body) + 1)]
+        for cap in (100, 20_000):
+            try:
+                mine = decompress(bytes(body), cap)
+            except Refused as exc:
+                assert exc.status in (400, 413)
+                mine = None
+            assert mine == by_zlib(bytes(body), cap)
+
+
+def test_answers_are_json_like_fastapi_and_the_schema_still_lists_the_route(client, conn):
+    stored = post(client, rid="rid-\"q\\")
+    assert stored.status_code == 200 and stored.headers["content-type"] == "application/json"
+    assert stored.json() == {"status": "stored", "rid": "rid-\"q\\"}
+    assert post(client, rid="rid-\"q\\").json() == {"status": "duplicate", "rid": "rid-\"q\\"}
+    probe = post(client, **{"User-Agent": "Crawlbase Monitoring Bot 1.0"})
+    assert probe.json() == {"status": "ignored", "reason": "monitoring probe"}
+    assert int(stored.headers["content-length"]) == len(stored.content)
+    assert "post" in client.get("/openapi.json").json()["paths"]["/webhook"]
+    assert client.get("/webhook").status_code == 405  # other methods still go through FastAPI
