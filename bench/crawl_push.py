@@ -19,15 +19,16 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.database import bench_database  # noqa: E402
 from rag_pipeline.crawl.crawlbase import CrawlbaseCrawler
 from rag_pipeline.crawl.pushing import push_targets
 from rag_pipeline.settings import get_settings
@@ -147,26 +148,14 @@ def main() -> int:
     parser.add_argument("--pushes", type=int, default=2000)
     args = parser.parse_args()
 
-    server = None
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        url = db.with_database(url, f"bench_crawl_{uuid.uuid4().hex[:8]}")
-    else:
-        server = db.import_pgserver().get_server(Path(tempfile.mkdtemp(prefix="bench-pg-")), cleanup_mode="delete")
-        url = server.get_uri(f"bench_crawl_{uuid.uuid4().hex[:8]}")
-    db.prepare(url)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("CRAWLER", "local")
-    get_settings.cache_clear()
-    try:
+    with bench_database("bench_crawl") as url:
+        os.environ["DATABASE_URL"] = url
+        os.environ.setdefault("CRAWLER", "local")
+        get_settings.cache_clear()
         print(f"== push path against the Crawlbase simulator ({os.cpu_count()} cores)")
         bench_pushes(url, args.pushes)
         print(f"== recrawl_sensor with {args.pages} pages registered (batch {get_settings().recrawl_batch_size})")
         bench_sensor(url, args.pages)
-    finally:
-        db.close_pools()
-        if server is not None:
-            server.cleanup()
     return 0
 
 

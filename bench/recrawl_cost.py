@@ -22,7 +22,6 @@ import gzip
 import math
 import random
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -32,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.corpus import PageGenerator, render  # noqa: E402
+from bench.database import bench_database  # noqa: E402
 from rag_pipeline.core.text import content_hash, normalize_markdown  # noqa: E402
 from rag_pipeline.core.tokens import count_tokens, encoding  # noqa: E402
 from rag_pipeline.embedders.hash_embedder import HashEmbedder  # noqa: E402
@@ -195,19 +195,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
-    import os
-    server = None
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        url = db.with_database(url, f"bench_recrawl_{uuid.uuid4().hex[:8]}")
-    else:
-        server = db.import_pgserver().get_server(Path(tempfile.mkdtemp(prefix="bench-pg-")), cleanup_mode="delete")
-        url = server.get_uri("bench")
-    db.prepare(url)
+    with bench_database("bench_recrawl") as url:
+        return run(url, args.pages, args.seed)
 
+
+def run(url: str, n_pages: int, seed: int) -> int:
     t0 = time.perf_counter()
-    corpus = make_corpus(args.pages, args.seed)
-    recrawl = mutate(corpus, args.seed)
+    corpus = make_corpus(n_pages, seed)
+    recrawl = mutate(corpus, seed)
     rules = boilerplate_rules()
     corpus_tokens = sum(count_tokens(render(b)) for b in corpus.values())
     print(f"corpus: {len(corpus)} pages, {corpus_tokens:,} tokens "
@@ -278,9 +273,6 @@ def main() -> int:
     ok_floor = project <= 3 * floor
     print(f"acceptance: project/gate = {project / gate:.3f} (≤ 0.20: {'yes' if ok_gate else 'NO'}); "
           f"project/floor = {project / floor:.2f} (≤ 3: {'yes' if ok_floor else 'NO'})")
-    db.close_pools()
-    if server is not None:
-        server.cleanup()
     return 0 if ok_gate and ok_floor else 1
 
 
