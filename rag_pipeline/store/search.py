@@ -61,6 +61,7 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> lis
         conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(1000, max(40, 2 * k)))))
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         rows = conn.execute(query, {"q": vec, "space": space.space_id, "k": k}).fetchall()
+    rows.sort(key=lambda r: r[3])  # relaxed_order may hand back near-ties slightly out of order
     return [
         Citation(url=r[0], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2], distance=float(r[3]),
                  last_verified_at=r[4], last_changed_at=r[5])
