@@ -48,6 +48,9 @@ class Settings(BaseSettings):
 
     # Delivery sensor.
     sensor_batch_size: int = Field(default=500, alias="SENSOR_BATCH_SIZE")
+    # A failed page run is tried again after backoff, backoff x4, ... until this many runs failed.
+    run_retry_max_attempts: int = Field(default=4, alias="RUN_RETRY_MAX_ATTEMPTS", ge=1, le=20)
+    run_retry_backoff_s: float = Field(default=60.0, alias="RUN_RETRY_BACKOFF_S", ge=0)
 
     # Crawling (issue 4). `crawlbase` when a Crawlbase token is set, else the built-in `local` crawler.
     crawler: Literal["crawlbase", "local"] | None = Field(default=None, alias="CRAWLER")

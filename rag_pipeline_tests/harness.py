@@ -40,7 +40,7 @@ class Pipeline:
         self.sensor = defs.resolve_sensor_def("delivery_sensor")
         self.job = defs.resolve_job_def("index_page")
 
-    def tick(self, *, execute: bool = True) -> Tick:
+    def tick(self, *, execute: bool = True, expect_success: bool = True) -> Tick:
         context = dg.build_sensor_context(instance=self.instance, resources={"postgres": PostgresResource()})
         result = self.sensor(context)
         assert isinstance(result, dg.SensorResult)
@@ -50,11 +50,24 @@ class Pipeline:
         if execute:
             for request in result.run_requests or []:
                 outcome = self.job.execute_in_process(
-                    partition_key=request.partition_key, instance=self.instance, tags=request.tags
+                    partition_key=request.partition_key, instance=self.instance, tags=request.tags,
+                    raise_on_error=False,
                 )
-                assert outcome.success
+                assert outcome.success is expect_success
                 runs.append(outcome.dagster_run)
         return Tick(result, runs)
+
+    def report_failure(self, run: dg.DagsterRun) -> None:
+        """Evaluate delivery_failure_sensor on a failed run, as the daemon does after it fails."""
+        sensor = self.defs.resolve_sensor_def("delivery_failure_sensor")
+        failures = self.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert failures, f"run {run.run_id} did not fail"
+        context = dg.build_run_status_sensor_context(
+            sensor_name=sensor.name, dagster_event=failures[-1].dagster_event,
+            dagster_instance=self.instance, dagster_run=self.instance.get_run_by_id(run.run_id),
+            resources={"postgres": PostgresResource()},
+        ).for_run_failure()
+        sensor(context)
 
     def partitions(self) -> list[str]:
         return self.instance.get_dynamic_partitions(pages_partitions.name)

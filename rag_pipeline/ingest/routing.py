@@ -91,7 +91,11 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
         and page.indexed_hash == digest
         and not deliveries.has_queued(conn, page_url)
     ):
+        if page.source_hash != digest:
+            # A failed run left a newer source the site has since reverted: the newest crawl wins.
+            pages.set_source(conn, pid, text, digest, delivery.id, delivery.original_status)
         pages.stamp_verified(conn, pid, delivery.id, delivery.original_status)
+        deliveries.supersede_older(conn, page_url, delivery.id)  # a failed one awaiting its retry
         deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url)
         return "unchanged"
 

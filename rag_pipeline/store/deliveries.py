@@ -81,24 +81,82 @@ def has_queued(conn: psycopg.Connection, page_url: str) -> bool:
 
 
 def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int) -> int:
-    """Queued deliveries older than the one applied will never be applied themselves."""
+    """Queued or failed deliveries older than the one applied will never be applied themselves
+    (a failed one's pending retry is cancelled with it)."""
     cur = conn.execute(
-        "UPDATE deliveries SET outcome = 'superseded'"
-        " WHERE page_url = %s AND outcome = 'queued' AND id < %s",
+        "UPDATE deliveries SET outcome = 'superseded', retry_at = NULL"
+        " WHERE page_url = %s AND outcome IN ('queued', 'failed') AND id < %s",
         (page_url, newer_than_id),
     )
     return cur.rowcount
 
 
-def stale_queued(conn: psycopg.Connection, older_than_minutes: int, limit: int) -> list[tuple[str, int]]:
-    """(page_url, newest queued delivery id) of pages whose queued delivery waits too long:
-    the run request may have been lost between the routing commit and the run launch."""
-    return conn.execute(
-        "SELECT page_url, max(id) FROM deliveries WHERE outcome = 'queued'"
-        " AND processed_at < now() - make_interval(mins => %s)"
-        " GROUP BY page_url ORDER BY min(id) LIMIT %s",
-        (older_than_minutes, limit),
+def run_key(delivery_id: int, attempts: int) -> str:
+    """One Dagster run_key per try: the daemon skips a key it has seen, so a retry needs its own."""
+    return f"delivery-{delivery_id}" if attempts == 0 else f"delivery-{delivery_id}-retry-{attempts}"
+
+
+@dataclass(frozen=True)
+class PendingRun:
+    page_url: str
+    delivery_id: int
+    attempts: int
+
+    @property
+    def run_key(self) -> str:
+        return run_key(self.delivery_id, self.attempts)
+
+
+def stale_queued(conn: psycopg.Connection, older_than_minutes: int, limit: int) -> list[PendingRun]:
+    """The newest queued delivery of pages whose run is overdue: the run request may have been
+    lost between the routing commit and the run launch. Re-requested under the same run_key."""
+    rows = conn.execute(
+        "SELECT DISTINCT ON (page_url) page_url, id, attempts FROM deliveries"
+        " WHERE outcome = 'queued' AND processed_at < now() - make_interval(mins => %s)"
+        " ORDER BY page_url, id DESC",
+        (older_than_minutes,),
     ).fetchall()
+    return [PendingRun(*row) for row in sorted(rows, key=lambda r: r[1])[:limit]]
+
+
+def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int, error: str, *,
+                       retryable: bool, max_attempts: int, backoff_s: float) -> datetime | None:
+    """Count a failed run of this delivery and schedule the next try (backoff x4 per failure).
+
+    Compare-and-set on `attempts`: the failure of one try is counted once, however often it is
+    reported. Returns when the retry is due; None when there is none (not retryable, attempts
+    spent, or the delivery was applied or superseded meanwhile).
+    """
+    row = conn.execute(
+        "UPDATE deliveries SET outcome = 'failed', error = left(%(error)s, 2000),"
+        " attempts = attempts + 1,"
+        " retry_at = CASE WHEN %(retryable)s AND attempts + 1 < %(max)s"
+        "            THEN now() + make_interval(secs => %(backoff)s * power(4, attempts)) END"
+        " WHERE id = %(id)s AND attempts = %(attempt)s AND outcome IN ('queued', 'failed')"
+        " RETURNING retry_at",
+        {"error": error, "retryable": retryable, "max": max_attempts, "backoff": backoff_s,
+         "id": delivery_id, "attempt": attempt},
+    ).fetchone()
+    return row[0] if row else None
+
+
+def claim_due_retries(conn: psycopg.Connection, limit: int) -> list[PendingRun]:
+    """Failed deliveries whose retry is due, queued again. One already overtaken by what its page
+    shows (a newer crawl applied meanwhile) is superseded instead: retrying it would apply history."""
+    with conn.transaction():
+        conn.execute(
+            "UPDATE deliveries d SET outcome = 'superseded', retry_at = NULL FROM pages p"
+            " WHERE d.retry_at <= now() AND d.outcome = 'failed' AND p.url = d.page_url"
+            " AND p.applied_delivery_id > d.id"
+        )
+        rows = conn.execute(
+            "UPDATE deliveries SET outcome = 'queued', retry_at = NULL"
+            " WHERE id IN (SELECT id FROM deliveries WHERE retry_at <= now() AND outcome = 'failed'"
+            "              ORDER BY retry_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+            " RETURNING page_url, id, attempts",
+            (limit,),
+        ).fetchall()
+    return [PendingRun(*row) for row in sorted(rows, key=lambda r: r[1])]
 
 
 def outcome_counts(conn: psycopg.Connection) -> dict[str, int]:

@@ -12,6 +12,8 @@ from rag_pipeline.ingest import indexing
 from rag_pipeline.settings import get_settings
 
 GROUP = "index"
+# Read by delivery_failure_sensor: a later run would fail the same way, so none is scheduled.
+RETRYABLE_METADATA = "retryable"
 
 
 @dg.asset(
@@ -73,7 +75,8 @@ def chunks(
     deps=[chunks],
     kinds={"postgres", "openai"},
     pool="embedding_api",
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    # No step retries: the embedder already retries blips (429/5xx, with backoff), and a failed
+    # run is tried again minutes later by delivery_failure_sensor, which outlasts an outage.
 )
 def embeddings(
     context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
@@ -88,7 +91,8 @@ def embeddings(
         except (PoisonedInputError, SpaceMismatch) as exc:
             # The same text would be refused again, the same model mismatch found again:
             # retrying costs money and changes nothing.
-            raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            raise dg.Failure(description=str(exc), allow_retries=False,
+                             metadata={RETRYABLE_METADATA: False}) from exc
     return dg.MaterializeResult(
         metadata={
             "status": result.status,
