@@ -1,23 +1,25 @@
 """Load the webhook receiver over loopback and compare it with a minimal receiver in the same run.
 
-    .venv/bin/python bench/webhook_load.py [--duration 30] [--levels 1,8,32,128] [--rate 1000]
-                                           [--workers 2] [--pool-size 4] [--with-ingestion]
-                                           [--generator-nice -10] [--pg-max-wal-size 16GB]
+    .venv/bin/python bench/webhook_load.py [--duration 30] [--open-duration 30] [--levels 1,8,32,128]
+                                           [--rate 1000] [--workers 2] [--pool-size 4]
+                                           [--with-ingestion] [--pg-set NAME=VALUE ...]
 
 Both receivers (`webhook_sensor.main:app` and `bench/webhook_baseline.py`, one INSERT and nothing
 else) run as uvicorn processes with the same workers and pool size, each against a fresh
 database of one embedded PostgreSQL (or DATABASE_URL's server). The levels alternate between them
-so drift hits both alike. The load generator is light on purpose: one process, raw asyncio
-sockets (keep-alive HTTP/1.1, prebuilt requests), no HTTP client library. Posted pages are 5-100 KB
-of markdown, gzip'd; rids are unique and 10% of requests repeat an acknowledged rid. Closed loop
-at each concurrency, then an open-loop phase at a fixed offered rate with at most 32 in flight
-(latency counted from the scheduled send time, so queueing shows). Afterwards every acknowledged
-rid must be in the table exactly once. Bounded: each phase stops at its deadline.
+so drift hits both alike, and each phase starts from a settled server (CHECKPOINT, then the page
+cache written back), so it pays for its own writes and not for the previous phase's. The load
+generator is light on purpose: one process, raw asyncio sockets (keep-alive HTTP/1.1, prebuilt
+requests), no HTTP client library. Posted pages are 5-100 KB of markdown, gzip'd; rids are unique
+and 10% of requests repeat an acknowledged rid. Closed loop at each concurrency, then an open-loop
+phase at a fixed offered rate with at most 32 in flight (latency counted from the scheduled send
+time, so queueing shows). Afterwards every acknowledged rid must be in the table exactly once.
+Bounded: each phase stops at its deadline.
 
 The generator shares the cores it measures: each phase prints its CPU and the servers' (per delivery
-too), and the open loop splits its latency into the generator's own timer lag (how late it fired), the
-wait for a free connection and the time from write to answer, so a late generator is not mistaken
-for a slow receiver.
+too). The open loop splits its latency into "sent late" (every connection busy, so requests due
+meanwhile queue) and "write to answer", and a 1 ms ticker on the generator's own event loop shows
+whether the generator itself ever stalled, so a late generator is not mistaken for a slow receiver.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -75,12 +78,15 @@ class Result:
     errors: int = 0
     elapsed: float = 0.0
     acked: list[str] = field(default_factory=list)
-    # Open loop only: how late the generator's timer fired (its own lag on the shared cores) and
-    # how long a due request then waited for one of the max-in-flight connections (the receiver's).
-    timer_lag: list[float] = field(default_factory=list)
-    conn_wait: list[float] = field(default_factory=list)
-    service: list[float] = field(default_factory=list)  # from the request's write to its answer
+    # Open loop only. `late`: from the scheduled send time to the write. A request is sent late
+    # when all max-in-flight connections are busy (the receiver is slow: the requests due meanwhile
+    # queue behind it) or when the generator itself stalls; `loop_stalls` tells which, from a 1 ms
+    # ticker on the generator's own event loop. `service`: from the write to the answer.
+    late: list[float] = field(default_factory=list)
+    service: list[float] = field(default_factory=list)
+    loop_stalls: list[float] = field(default_factory=list)
     gc_max_pause: float = 0.0
+    max_in_flight: int = 0
 
     def line(self) -> str:
         lat = sorted(self.latencies)
@@ -92,13 +98,13 @@ class Result:
 
         text = (f"{self.name:<28} {len(lat) / self.elapsed:8.0f}/s  p50 {pct(.5):7.1f}  p95 {pct(.95):7.1f}  "
                 f"p99 {pct(.99):7.1f}  max {lat[-1] * 1000:7.1f} ms  errors {self.errors}  (n={len(lat)})")
-        if self.timer_lag:
-            lag, wait = sorted(self.timer_lag), sorted(self.conn_wait)
-            service = sorted(self.service)
-            text += (f"\n{'':<28} of which: generator timer lag p50/p99 {_ms(lag, .5):.1f}/{_ms(lag, .99):.1f} ms, "
-                     f"wait for a free connection p50/p99 {_ms(wait, .5):.1f}/{_ms(wait, .99):.1f} ms; "
+        if self.late:
+            late, service, stalls = sorted(self.late), sorted(self.service), sorted(self.loop_stalls)
+            text += (f"\n{'':<28} of which: sent late p50/p99 {_ms(late, .5):.1f}/{_ms(late, .99):.1f} ms "
+                     f"(all {self.max_in_flight} connections busy, or the generator stalled), "
                      f"from write to answer p50/p99 {_ms(service, .5):.1f}/{_ms(service, .99):.1f} ms; "
-                     f"generator's longest GC pause {self.gc_max_pause * 1000:.1f} ms")
+                     f"generator loop stalls p99/max {_ms(stalls, .99):.1f}/{_ms(stalls, 1):.1f} ms, "
+                     f"longest GC pause {self.gc_max_pause * 1000:.1f} ms")
         return text
 
     @property
@@ -184,7 +190,7 @@ async def closed_loop(port: int, traffic: Traffic, concurrency: int, duration: f
 
 async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, max_in_flight: int,
                     name: str) -> Result:
-    result = Result(name)
+    result = Result(name, max_in_flight=max_in_flight)
     idle: asyncio.Queue = asyncio.Queue()
     for _ in range(max_in_flight):
         idle.put_nowait(await asyncio.open_connection("127.0.0.1", port))
@@ -194,6 +200,7 @@ async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, m
         reader, writer = conn
         rid, request = traffic.next()
         written = time.perf_counter()
+        result.late.append(max(0.0, written - scheduled))  # uvloop's ms timers may fire early
         try:
             status = await asyncio.wait_for(exchange(reader, writer, request), 30)
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
@@ -224,6 +231,14 @@ async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, m
             pauses.append(time.perf_counter() - began[0])
 
     gc.callbacks.append(watch_gc)
+
+    async def ticker() -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            result.loop_stalls.append(max(0.0, time.perf_counter() - before - 0.001))
+
+    ticking = asyncio.create_task(ticker())
     start = time.perf_counter()
     total = int(rate * duration)
     for i in range(total):
@@ -231,14 +246,12 @@ async def open_loop(port: int, traffic: Traffic, rate: float, duration: float, m
         delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        due = time.perf_counter()
-        result.timer_lag.append(max(0.0, due - scheduled))
         conn = await idle.get()  # at most max_in_flight outstanding; waiting here is latency too
-        result.conn_wait.append(time.perf_counter() - due)
         task = asyncio.create_task(one(scheduled, conn))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     await asyncio.gather(*tasks)
+    ticking.cancel()
     result.elapsed = time.perf_counter() - start
     gc.callbacks.remove(watch_gc)
     gc.unfreeze()
@@ -332,6 +345,17 @@ def verify(database_url: str, acked: list[str]) -> tuple[int, int]:
     return len(unique), bad
 
 
+def settle(server_url: str) -> None:
+    """Start each phase from a settled server: checkpoint, then write back the page cache, so a
+    phase pays for its own writes (its checkpoints included) and not for the previous phase's."""
+    try:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        pass  # a server we may not checkpoint: the phase then inherits the previous one's debt
+    os.sync()
+
+
 def fresh_database(server_url: str, name: str) -> str:
     url = db.with_database(server_url, name)
     db.prepare(url)
@@ -342,19 +366,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per level and phase")
     parser.add_argument("--levels", default="1,8,32,128")
+    parser.add_argument("--open-duration", type=float, default=30.0,
+                        help="seconds of the open-loop phase (90 or more includes its own checkpoint and "
+                             "several of the kernel's 30 s write-back cycles)")
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop offered rate (deliveries/s)")
     parser.add_argument("--max-in-flight", type=int, default=32)
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WEBHOOK_WORKERS", "2")))
     parser.add_argument("--pool-size", type=int, default=int(os.environ.get("WEBHOOK_POOL_SIZE", "4")))
-    parser.add_argument("--pg-max-wal-size", metavar="SIZE",
-                        help="embedded PostgreSQL only: max_wal_size (default 1GB); at ~30 MB/s of WAL the "
-                             "default checkpoints every 10-20 s, and each checkpoint's writes and fsyncs show in p99")
-    parser.add_argument("--generator-nice", type=int, metavar="N",
-                        help="renice the generator (only it, after the servers start; negative needs root): "
-                             "on 2 shared cores it is otherwise descheduled and fires late, which the open "
-                             "loop counts as latency (its timer lag is printed either way)")
+    parser.add_argument("--pg-set", action="append", default=[], metavar="NAME=VALUE",
+                        help="embedded PostgreSQL only: a server setting on top of the project's (repeatable)")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
-                        help="the generator's event loop (uvloop: less of the shared CPU, smaller timer lag)")
+                        help="the generator's event loop (uvloop: less of the shared CPU)")
     parser.add_argument("--only", choices=["receiver", "baseline"], help="load one receiver only (tuning)")
     parser.add_argument("--with-ingestion", action="store_true",
                         help="keep delivery_sensor + index_page runs busy on the receiver's database meanwhile")
@@ -367,17 +389,24 @@ def main() -> int:
     if not server_url:
         pg = db.import_pgserver().get_server(work / "pgdata", cleanup_mode="delete")
         server_url = pg.get_uri("postgres")
-        if args.pg_max_wal_size:
+        if args.pg_set:
             with psycopg.connect(server_url, autocommit=True) as conn:
-                conn.execute(f"ALTER SYSTEM SET max_wal_size = '{args.pg_max_wal_size}'")
+                for setting in args.pg_set:
+                    name, _, value = setting.partition("=")
+                    conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        psycopg.sql.Identifier(name), psycopg.sql.Literal(value)))
                 conn.execute("SELECT pg_reload_conf()")
+                time.sleep(0.5)
+                pending = [r[0] for r in conn.execute("SELECT name FROM pg_settings WHERE pending_restart")]
+            if pending:
+                parser.error(f"--pg-set: {', '.join(pending)} would need a server restart; only settings "
+                             "a reload applies are supported")
     bodies = make_bodies()
     sizes = [len(b) for b in bodies]
     print(f"webhook bench: {os.cpu_count()} cores, workers={args.workers}, pool={args.pool_size}, "
           f"{args.duration:.0f} s per phase, bodies {min(sizes)//1000}-{max(sizes)//1000} KB gzip'd "
           f"(pages 5-100 KB), 10% duplicate rids, ingestion={'on' if args.with_ingestion else 'off'}, "
-          f"generator loop {args.loop}, max_wal_size {args.pg_max_wal_size or 'default'}, "
-          f"generator nice {args.generator_nice if args.generator_nice is not None else 'unchanged'}")
+          f"generator loop {args.loop}, pg settings {', '.join(args.pg_set) or 'default'}")
 
     targets = {}
     if args.only != "baseline":
@@ -392,7 +421,7 @@ def main() -> int:
             servers[name] = Server(name, app, urls[name], args.workers, args.pool_size, work / f"{name}.log", app_dir)
             traffic[name] = Traffic(servers[name].port, bodies, seed=i)
         if args.with_ingestion:
-            total = (len(levels) + 1) * args.duration * len(targets) + 30
+            total = (len(levels) * args.duration + args.open_duration) * len(targets) + 30
             ingest = subprocess.Popen(
                 [sys.executable, str(ROOT / "bench" / "webhook_ingest_bg.py"), str(total)],
                 env={**os.environ, "DATABASE_URL": urls.get("receiver") or urls["baseline"],
@@ -400,8 +429,6 @@ def main() -> int:
                 stdout=open(work / "ingest.log", "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
             time.sleep(5)  # let it load the definitions and start ticking
 
-        if args.generator_nice is not None:
-            os.setpriority(os.PRIO_PROCESS, 0, args.generator_nice)
         if args.loop == "uvloop":
             import uvloop
 
@@ -411,12 +438,13 @@ def main() -> int:
         phases = [("closed", c) for c in levels] + [("open", args.rate)]
         for kind, level in phases:
             for name in targets:
+                settle(server_url)
                 cpu0, gen0 = servers[name].cpu_seconds(), time.process_time()
                 if kind == "closed":
                     r = run(closed_loop(servers[name].port, traffic[name], level, args.duration,
                                                 f"{name} c={level}"))
                 else:
-                    r = run(open_loop(servers[name].port, traffic[name], level, args.duration,
+                    r = run(open_loop(servers[name].port, traffic[name], level, args.open_duration,
                                               args.max_in_flight, f"{name} open {level:.0f}/s"))
                 cpu, gen = servers[name].cpu_seconds() - cpu0, time.process_time() - gen0
                 results[name].append((kind, level, r))
