@@ -14,5 +14,9 @@ index_page_job = dg.define_asset_job(
 rechunk_job = dg.define_asset_job(
     name="rechunk",
     selection=dg.AssetSelection.assets(chunks, embeddings).without_checks(),
+    # rechunk_sensor requests each page once per chunker signature, and no delivery carries its
+    # retries (index_page runs are retried by delivery_failure_sensor): a failed step waits and
+    # tries again here. A poisoned input or a model mismatch raises Failure(allow_retries=False).
+    op_retry_policy=dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL),
     description="Re-chunk pages from stored source text; only chunk texts never embedded are sent to the model.",
 )
