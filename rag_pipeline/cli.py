@@ -109,24 +109,17 @@ def webhook(host: str, port: int, workers: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def search(question: str, k: int, as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
-    from rag_pipeline.embedders.factory import make_embedder
-    from rag_pipeline.store import db, search as search_store, spaces
+    from rag_pipeline.query.retrieval import RetrievalError, retrieve
+    from rag_pipeline.store import db
 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     url = _app_url()
     with db.connection(url) as conn:
-        space = spaces.active(conn)
-        if space is None:
-            raise CliError("the index is empty: no embedding space yet (deliver and index some pages first)")
-        embedder = make_embedder(get_settings())
-        if (embedder.model, embedder.dimensions) != (space.model, space.dimensions):
-            raise CliError(
-                f"the index was built with {space.model} ({space.dimensions} dims) but the configured "
-                f"embedder is {embedder.model} ({embedder.dimensions} dims)"
-            )
-        vector = embedder.embed([question]).vectors[0]
-        hits = search_store.nearest(conn, space, vector, k)
+        try:
+            hits = retrieve(conn, get_settings(), question, k)
+        except RetrievalError as exc:
+            raise CliError(str(exc)) from exc
     if as_json:
         click.echo(json.dumps({"question": question, "results": [h.as_dict() for h in hits]}, indent=2))
         return
@@ -137,6 +130,37 @@ def search(question: str, k: int, as_json: bool) -> None:
         click.echo(f"[{n}] {hit.url}  (score {d['score']})")
         click.echo(f"    verified {d['last_verified_at']}  changed {d['last_changed_at']}")
         click.echo(f"    {hit.excerpt}")
+
+
+@main.command()
+@click.argument("question")
+@click.option("--k", "k", default=8, show_default=True, type=click.IntRange(1, 50),
+              help="Passages retrieved; the best that fit ANSWER_MAX_CONTEXT_TOKENS are sent.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def ask(question: str, k: int, as_json: bool) -> None:
+    """Answer QUESTION from live pages with a chat model, citing only the sources it used."""
+    from rag_pipeline.query import answers
+    from rag_pipeline.query.chat import ChatError
+    from rag_pipeline.query.retrieval import RetrievalError
+    from rag_pipeline.store import db
+
+    if not question.strip():
+        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    settings = get_settings()
+    try:
+        chat = answers.make_chat(settings)
+    except (answers.NotConfigured, ChatError) as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        with db.connection(_app_url()) as conn:
+            result = answers.answer(conn, settings, question, k, chat)
+    except (RetrievalError, ChatError) as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        chat.close()
+    for note in answers.warnings(result):
+        click.echo(f"warning: {note}", err=True)
+    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else answers.format_text(result))
 
 
 @main.command()

@@ -28,6 +28,17 @@ class Settings(BaseSettings):
     embedding_timeout_s: float = Field(default=60.0, alias="EMBEDDING_TIMEOUT_S")
     embedding_max_retries: int = Field(default=6, alias="EMBEDDING_MAX_RETRIES")
 
+    # Answers (`rag-pipeline ask`): any OpenAI-compatible chat completions endpoint. The key and
+    # base URL fall back to the OPENAI_* ones; without any key `ask` refuses (search still works).
+    answer_model: str = Field(default="gpt-5.6-luna", alias="ANSWER_MODEL")
+    answer_api_key: str | None = Field(default=None, alias="ANSWER_API_KEY")
+    answer_base_url: str | None = Field(default=None, alias="ANSWER_BASE_URL")
+    # The sources' share of the prompt, in cl100k_base tokens (highest-ranked sources first).
+    answer_max_context_tokens: int = Field(default=6000, alias="ANSWER_MAX_CONTEXT_TOKENS", ge=100, le=1_000_000)
+    answer_max_output_tokens: int | None = Field(default=None, alias="ANSWER_MAX_OUTPUT_TOKENS", ge=16)
+    answer_timeout_s: float = Field(default=120.0, alias="ANSWER_TIMEOUT_S", gt=0)
+    answer_max_retries: int = Field(default=4, alias="ANSWER_MAX_RETRIES", ge=0, le=20)
+
     # Chunking. Unset: sized to the embedding model's window (see chunk_budget).
     chunk_max_tokens: int | None = Field(default=None, alias="CHUNK_MAX_TOKENS", ge=32, le=8000)
     chunk_overlap_tokens: int | None = Field(default=None, alias="CHUNK_OVERLAP_TOKENS", ge=0, le=1000)
@@ -94,6 +105,10 @@ class Settings(BaseSettings):
         if self.embedding_provider:
             return self.embedding_provider
         return "openai" if self.openai_api_key else "local"
+
+    def resolved_answer_endpoint(self) -> tuple[str | None, str | None]:
+        """(API key, base URL) of the chat endpoint: ANSWER_* first, else the OPENAI_* ones."""
+        return (self.answer_api_key or self.openai_api_key, self.answer_base_url or self.openai_base_url)
 
 
 @lru_cache(maxsize=1)

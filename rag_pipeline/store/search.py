@@ -67,3 +67,13 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> lis
                  last_verified_at=r[4], last_changed_at=r[5])
         for r in rows
     ]
+
+
+def live_urls(conn: psycopg.Connection, urls: list[str]) -> set[str]:
+    """Those of ``urls`` whose page is still in search now: not tombstoned, not turned into a redirect."""
+    if not urls:
+        return set()
+    rows = conn.execute(
+        "SELECT url FROM pages WHERE url = ANY(%s) AND deleted_at IS NULL AND alias_of IS NULL", (list(urls),)
+    ).fetchall()
+    return {r[0] for r in rows}

@@ -1,4 +1,5 @@
-"""A loopback fake of OpenAI's /v1/embeddings that validates, fails and bills like the real one.
+"""A loopback fake of OpenAI's /v1/embeddings and /v1/chat/completions that validates, fails and
+bills like the real ones.
 
 Tests talk to it through the official ``openai`` client over real HTTP (127.0.0.1, an
 ephemeral port), so the whole path (auth header, base64 decoding, status codes, retry
@@ -11,16 +12,27 @@ What it records, all thread-safe:
   (what was really embedded and billed; a retried or rejected request adds nothing);
 - ``total_tokens``: the usage billed over those requests;
 - ``calls``: one ``FakeCall`` per request, with its status and inputs, for finer checks.
+
+Chat completions (``/v1/chat/completions``, non-streaming): the same bearer check (401), OpenAI's
+request validation and error bodies (400 for a missing or malformed ``messages``, an unknown role,
+``max_tokens`` or a non-default ``temperature`` sent to a reasoning model, a prompt over the
+context window; 404 for a model not in ``models``), the same injected faults (``fail_next(...,
+endpoint="chat")``) and usage counted with cl100k_base. The reply is what the test scripted
+(``script_chat``: strings, or functions of the messages), else ``default_chat_reply``, derived
+deterministically from the prompt. ``chat_calls`` records each request with its messages.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
+import re
 import struct
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +40,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from rag_pipeline.core.tokens import count_tokens
+from rag_pipeline.core.tokens import count_tokens, encoding
 from rag_pipeline.embedders.hash_embedder import HashEmbedder
 from rag_pipeline_tests.servers import LoopbackServer
 
@@ -57,11 +69,31 @@ class FakeCall:
 
 
 @dataclass
+class ChatCall:
+    """One chat completions request as the fake saw it (``body`` is the whole JSON request)."""
+
+    status: int
+    model: str | None
+    messages: list[dict[str, Any]]
+    body: dict[str, Any]
+    reply: str | None = None
+
+    @property
+    def prompt(self) -> str:
+        """Every message's text, joined: what the sources and question were."""
+        return "\n".join(_message_text(m) for m in self.messages if isinstance(m, dict))
+
+
+ChatReplyScript = str | Callable[[list[dict[str, Any]]], str]
+
+
+@dataclass
 class _Fault:
     status: int
     retry_after: float | None
     message: str | None
     code: str | None
+    endpoint: str | None = None  # "embeddings", "chat", or None for whichever comes first
 
 
 @dataclass
@@ -73,6 +105,8 @@ class _State:
     faults: list[_Fault] = field(default_factory=list)
     poison: list[tuple[str, str]] = field(default_factory=list)
     delay_s: float = 0.0
+    chat_calls: list[ChatCall] = field(default_factory=list)
+    chat_script: list[ChatReplyScript] = field(default_factory=list)
 
 
 def _error(status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
@@ -93,6 +127,7 @@ class FakeOpenAI:
         max_inputs: int = 2048,
         max_input_tokens: int = 8191,
         max_request_tokens: int = 300_000,
+        chat_context_tokens: int = 128_000,
     ) -> None:
         self.dimensions = dimensions
         self.api_key = api_key  # None: any non-empty bearer token is accepted
@@ -100,6 +135,8 @@ class FakeOpenAI:
         self.max_inputs = max_inputs
         self.max_input_tokens = max_input_tokens
         self.max_request_tokens = max_request_tokens
+        self.chat_context_tokens = chat_context_tokens
+        self._completion_ids = itertools.count(1)
         self._hashers: dict[int, HashEmbedder] = {dimensions: HashEmbedder(dimensions)}
         self._lock = threading.Lock()
         self._state = _State()
@@ -138,10 +175,20 @@ class FakeOpenAI:
     # -- fault injection ---------------------------------------------------------------
 
     def fail_next(self, n: int, status: int = 429, retry_after: float | None = None,
-                  message: str | None = None, code: str | None = None) -> None:
-        """The next ``n`` authenticated requests get ``status`` (with Retry-After headers if given)."""
+                  message: str | None = None, code: str | None = None, *, endpoint: str | None = None) -> None:
+        """The next ``n`` authenticated requests get ``status`` (with Retry-After headers if given).
+
+        ``endpoint`` ("embeddings" or "chat") limits the faults to that endpoint's requests."""
+        if endpoint not in (None, "embeddings", "chat"):
+            raise ValueError(f"unknown endpoint {endpoint!r}")
         with self._lock:
-            self._state.faults.extend(_Fault(status, retry_after, message, code) for _ in range(n))
+            self._state.faults.extend(_Fault(status, retry_after, message, code, endpoint) for _ in range(n))
+
+    def script_chat(self, *replies: ChatReplyScript) -> None:
+        """The next chat completions answer these, in order: a string, or a function of the messages
+        (called in the server thread, before the reply is sent). Then ``default_chat_reply`` again."""
+        with self._lock:
+            self._state.chat_script.extend(replies)
 
     def poison(self, substring: str, message: str = _DEFAULT_POISON_MESSAGE) -> None:
         """Any request holding an input that contains ``substring`` is refused with a 400, as a whole."""
@@ -180,6 +227,11 @@ class FakeOpenAI:
         with self._lock:
             return list(self._state.calls)
 
+    @property
+    def chat_calls(self) -> list[ChatCall]:
+        with self._lock:
+            return list(self._state.chat_calls)
+
     def vector(self, text: str, dimensions: int | None = None) -> list[float]:
         """The vector the fake returns for ``text``, at the native or the requested size.
 
@@ -205,33 +257,42 @@ class FakeOpenAI:
             # Token counting and the injected delay run off the event loop, like real concurrency.
             return await anyio.to_thread.run_sync(self._handle, auth, body)
 
+        @app.post("/v1/chat/completions")
+        async def chat_completions(request: Request) -> JSONResponse:
+            body = await request.body()
+            auth = request.headers.get("authorization", "")
+            return await anyio.to_thread.run_sync(self._handle, auth, body, "chat")
+
         return app
 
     def _record(self, state: _State, status: int, inputs: list[str], **extra: Any) -> None:
         with self._lock:
             state.calls.append(FakeCall(status=status, inputs=inputs, **extra))
 
-    def _handle(self, auth: str, raw: bytes) -> JSONResponse:
+    def _handle(self, auth: str, raw: bytes, endpoint: str = "embeddings") -> JSONResponse:
         # A request belongs to the state it arrived under: one still in flight across a
         # reset() records into the forgotten state, never into the next test's.
         with self._lock:
             state = self._state
             state.requests += 1
             delay_s = state.delay_s
+        record = self._record if endpoint == "embeddings" else self._record_chat
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            self._record(state, 401, [])
+            record(state, 401, [])
             return _error(401, "You didn't provide an API key. You need to provide your API key in an "
                                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
         if self.api_key is not None and token.strip() != self.api_key:
-            self._record(state, 401, [])
+            record(state, 401, [])
             return _error(401, "Incorrect API key provided.", code="invalid_api_key")
         if delay_s > 0:
             self._stopping.wait(delay_s)
         with self._lock:
-            fault = state.faults.pop(0) if state.faults else None
+            fault = next((f for f in state.faults if f.endpoint in (None, endpoint)), None)
+            if fault is not None:
+                state.faults.remove(fault)
         if fault is not None:
-            self._record(state, fault.status, [])
+            record(state, fault.status, [])
             message, type_, code = _STATUS_ERRORS.get(fault.status, (f"HTTP {fault.status}", "server_error", None))
             headers: dict[str, str] = {}
             if fault.retry_after is not None:
@@ -239,6 +300,8 @@ class FakeOpenAI:
                 headers["retry-after"] = str(max(0, math.ceil(fault.retry_after)))
             return _error(fault.status, fault.message or message, type_=type_, code=fault.code or code,
                           headers=headers)
+        if endpoint == "chat":
+            return self._chat(state, raw)
         return self._embeddings(state, raw)
 
     def _embeddings(self, state: _State, raw: bytes) -> JSONResponse:
@@ -325,3 +388,165 @@ class FakeOpenAI:
             "model": model,
             "usage": {"prompt_tokens": total, "total_tokens": total},
         })
+
+    def _chat(self, state: _State, raw: bytes) -> JSONResponse:
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            self._record_chat(state, 400, [])
+            return _error(400, "We could not parse the JSON body of your request. (HINT: This likely means "
+                               "you aren't using your HTTP library correctly.)")
+        if not isinstance(body, dict):
+            self._record_chat(state, 400, [])
+            return _error(400, "The request body must be a JSON object.")
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        refused = _chat_validate(body, self.models, self.chat_context_tokens)
+        if refused is not None:
+            self._record_chat(state, refused.status_code, messages, body)
+            return refused
+        with self._lock:
+            script = state.chat_script.pop(0) if state.chat_script else default_chat_reply
+        content = script if isinstance(script, str) else script(messages)
+        finish_reason = "stop"
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        if limit is not None and count_tokens(content) > limit:
+            content = encoding().decode(encoding().encode_ordinary(content)[:limit])
+            finish_reason = "length"
+        prompt_tokens = _chat_prompt_tokens(messages)
+        completion_tokens = count_tokens(content)
+        self._record_chat(state, 200, messages, body, reply=content)
+        return JSONResponse({
+            "id": f"chatcmpl-fake{next(self._completion_ids):08d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None, "annotations": []},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                              "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+            },
+            "service_tier": "default",
+            "system_fingerprint": None,
+        })
+
+
+    def _record_chat(self, state: _State, status: int, messages: list[dict[str, Any]],
+                     body: dict[str, Any] | None = None, *, reply: str | None = None) -> None:
+        body = body or {}
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        with self._lock:
+            state.chat_calls.append(ChatCall(status=status, model=model, messages=list(messages), body=body,
+                                             reply=reply))
+
+
+# -- chat completions ------------------------------------------------------------------------
+
+_CHAT_ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+# Reasoning models: `max_tokens` and a non-default `temperature` are refused, as OpenAI does.
+_REASONING_PREFIXES = ("gpt-5", "gpt-6", "o1", "o3", "o4")
+_SOURCE_HEADER = re.compile(r"^\[(\d+)\] (\S+)$", re.MULTILINE)
+_WORDS = re.compile(r"\w+")
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def default_chat_reply(messages: list[dict[str, Any]]) -> str:
+    """A deterministic answer from the prompt: the source sharing most words with the question,
+    its first sentence, cited by its number; or that the sources do not answer."""
+    prompt = "\n".join(_message_text(m) for m in messages if m.get("role") == "user")
+    question = prompt.rsplit("Question:", 1)[-1].split("\n\n", 1)[0]
+    asked = {w.lower() for w in _WORDS.findall(question) if len(w) > 3}
+    best: tuple[int, int, str] | None = None
+    for match in _SOURCE_HEADER.finditer(prompt):
+        number = int(match.group(1))
+        body = prompt[match.end():].split("</source>", 1)[0].strip()
+        overlap = len(asked & {w.lower() for w in _WORDS.findall(body)})
+        if overlap and (best is None or overlap > best[0]):
+            best = (overlap, number, body)
+    if best is None:
+        return "The sources do not answer the question."
+    sentence = re.split(r"(?<=[.!?])\s", " ".join(best[2].split()), maxsplit=1)[0]
+    return f"{sentence} [{best[1]}]"
+
+
+def _chat_prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    # OpenAI's accounting for chat: ~3 tokens of framing per message, 3 to prime the reply.
+    return sum(3 + count_tokens(_message_text(m)) + count_tokens(str(m.get("role", ""))) for m in messages) + 3
+
+
+def _chat_validate(body: dict[str, Any], models: set[str] | None, context_tokens: int) -> JSONResponse | None:
+    model = body.get("model")
+    if "model" not in body:
+        return _error(400, "you must provide a model parameter")
+    if not isinstance(model, str) or not model:
+        return _error(400, f"Invalid type for 'model': expected a string, but got {type(model).__name__} instead.",
+                      param="model", code="invalid_type")
+    if "messages" not in body:
+        return _error(400, "Missing required parameter: 'messages'.", param="messages",
+                      code="missing_required_parameter")
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        return _error(400, "Invalid type for 'messages': expected an array of objects.", param="messages",
+                      code="invalid_type")
+    if not messages:
+        return _error(400, "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an "
+                           "empty array instead.", param="messages", code="empty_array")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return _error(400, f"Invalid type for 'messages[{i}]': expected an object.", param=f"messages[{i}]",
+                          code="invalid_type")
+        role = message.get("role")
+        if role is None:
+            return _error(400, f"Missing required parameter: 'messages[{i}].role'.", param=f"messages[{i}].role",
+                          code="missing_required_parameter")
+        if role not in _CHAT_ROLES:
+            return _error(400, f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
+                               "'function', 'tool', and 'developer'.", param=f"messages[{i}].role",
+                          code="invalid_value")
+        if "content" not in message and role != "assistant":
+            return _error(400, f"Missing required parameter: 'messages[{i}].content'.",
+                          param=f"messages[{i}].content", code="missing_required_parameter")
+        if not isinstance(message.get("content"), (str, list, type(None))):
+            return _error(400, f"Invalid type for 'messages[{i}].content': expected one of a string or array of "
+                               "objects.", param=f"messages[{i}].content", code="invalid_type")
+    if models is not None and model not in models:
+        return _error(404, f"The model `{model}` does not exist or you do not have access to it.",
+                      code="model_not_found")
+    if body.get("stream"):
+        return _error(400, "The fake does not stream.", param="stream", code="unsupported_value")
+    if model.startswith(_REASONING_PREFIXES):
+        if body.get("max_tokens") is not None:
+            return _error(400, "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                               "'max_completion_tokens' instead.", param="max_tokens", code="unsupported_parameter")
+        temperature = body.get("temperature")
+        if temperature is not None and temperature != 1:
+            return _error(400, f"Unsupported value: 'temperature' does not support {temperature} with this model. "
+                               "Only the default (1) value is supported.", param="temperature",
+                          code="unsupported_value")
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        return _error(400, f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got "
+                           f"{limit} instead.", param=name, code="integer_below_min_value")
+    prompt_tokens = _chat_prompt_tokens(messages)
+    if prompt_tokens > context_tokens:
+        return _error(400, f"This model's maximum context length is {context_tokens} tokens. However, your "
+                           f"messages resulted in {prompt_tokens} tokens. Please reduce the length of the "
+                           "messages.", param="messages", code="context_length_exceeded")
+    return None

@@ -1,0 +1,1 @@
+"""Reading the index: retrieval shared by `search` and `ask`, and answers that cite."""

@@ -1,0 +1,39 @@
+"""The one retrieval path of `search` and `ask`: embed the question, one HNSW scan of the active space."""
+
+from __future__ import annotations
+
+import psycopg
+
+from rag_pipeline.embedders.base import EmbeddingError
+from rag_pipeline.settings import Settings
+from rag_pipeline.store import search as search_store
+from rag_pipeline.store import spaces
+from rag_pipeline.store.search import Citation
+
+
+class RetrievalError(RuntimeError):
+    """Nothing can be retrieved as configured; the message says why."""
+
+
+def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int) -> list[Citation]:
+    """The ``k`` passages of live pages nearest to ``question``, best first.
+
+    The embedder is built only once the index is known to have a space, so an empty index says
+    so without loading a model; a model other than the space's is refused, never compared.
+    """
+    from rag_pipeline.embedders.factory import make_embedder
+
+    space = spaces.active(conn)
+    if space is None:
+        raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
+    try:
+        embedder = make_embedder(settings)
+        if (embedder.model, embedder.dimensions) != (space.model, space.dimensions):
+            raise RetrievalError(
+                f"the index was built with {space.model} ({space.dimensions} dims) but the configured "
+                f"embedder is {embedder.model} ({embedder.dimensions} dims)"
+            )
+        vector = embedder.embed([question]).vectors[0]
+    except EmbeddingError as exc:
+        raise RetrievalError(f"cannot embed the question: {exc}") from exc
+    return search_store.nearest(conn, space, vector, k)
