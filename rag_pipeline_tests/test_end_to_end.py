@@ -138,7 +138,8 @@ def test_deliveries_become_cited_search_results(stack, conn):
 
     # Search cites A's new text with both timestamps.
     hits = search_json("zebra-striped canary releases")
-    assert hits[0]["url"] == A_KEY
+    # Cited as crawled (a link that opens), keyed by the normalized URL (the partition).
+    assert (hits[0]["url"], hits[0]["page_url"]) == (A_URL, A_KEY)
     assert "zebra-striped" in hits[0]["excerpt"] or "zebra" in hits[0]["excerpt"]
     assert hits[0]["last_verified_at"] and hits[0]["last_changed_at"]
 
@@ -169,3 +170,15 @@ def test_a_lost_run_request_is_requested_again(stack, conn):
     assert again.partitions == [A_KEY]
     assert again.result.run_requests[0].run_key == tick.result.run_requests[0].run_key
     assert conn.execute("SELECT outcome FROM deliveries").fetchone()[0] == "embedded"
+
+
+def test_a_page_crawled_over_http_is_cited_with_a_link_that_opens(stack, conn):
+    base, _, pipeline = stack
+    crawled = "http://intranet.example.com:8080/Handbook/"
+    deliver(base, crawled, "# Handbook\n\nThe narwhal rota is kept on the third floor.")
+    assert pipeline.tick().partitions == ["https://intranet.example.com:8080/Handbook"]
+    hit = search_json("narwhal rota")[0]
+    assert hit["url"] == crawled  # normalization made it https; the server speaks http
+    assert hit["page_url"] == "https://intranet.example.com:8080/Handbook"
+    # Recrawls push the same URL the crawler fetched.
+    assert conn.execute("SELECT crawl_url FROM pages").fetchone()[0] == crawled

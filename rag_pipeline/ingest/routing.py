@@ -111,7 +111,7 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
         return "unchanged"
 
     if page is None:
-        pages.ensure(conn, pid, page_url)
+        pages.ensure(conn, pid, page_url, delivery.url)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
     deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note)
     result.queued.append(QueuedPage(page_url, delivery.id))

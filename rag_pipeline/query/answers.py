@@ -106,9 +106,9 @@ def answer(conn: psycopg.Connection, settings: Settings, question: str, k: int, 
     parsed = parse_citations(reply.content, len(prompt.numbered))
     cited = [CitedSource(n, hits[prompt.passage_index(n)]) for n in parsed.cited]
     with conn.transaction():
-        live = live_urls(conn, sorted({s.citation.url for s in cited}))
-    sources = [s for s in cited if s.citation.url in live]
-    withdrawn = [s for s in cited if s.citation.url not in live]
+        live = live_urls(conn, sorted({s.citation.page_url for s in cited}))
+    sources = [s for s in cited if s.citation.page_url in live]
+    withdrawn = [s for s in cited if s.citation.page_url not in live]
     return Answer(
         question=question,
         text=remove_citations(parsed.text, [s.number for s in withdrawn]),

@@ -43,10 +43,13 @@ def get(conn: psycopg.Connection, url: str, *, for_update: bool = False) -> Page
         return cur.fetchone()
 
 
-def ensure(conn: psycopg.Connection, page_id: UUID, url: str) -> None:
+def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | None = None) -> None:
+    """A page row for `url`; `crawl_url` is the URL as the crawler fetched it (http stays http),
+    which recrawls push and citations show."""
     conn.execute(
-        "INSERT INTO pages (page_id, url) VALUES (%s, %s) ON CONFLICT (page_id) DO NOTHING",
-        (page_id, url),
+        "INSERT INTO pages (page_id, url, crawl_url) VALUES (%s, %s, %s)"
+        " ON CONFLICT (page_id) DO UPDATE SET crawl_url = coalesce(pages.crawl_url, excluded.crawl_url)",
+        (page_id, url, crawl_url),
     )
 
 

@@ -16,7 +16,8 @@ EXCERPT_CHARS = 300
 
 @dataclass(frozen=True)
 class Citation:
-    url: str
+    url: str                    # to open: the URL as crawled (http stays http), else the page key
+    page_url: str               # the page's normalized URL: its partition key and identity
     excerpt: str
     content: str
     chunk_index: int
@@ -27,6 +28,7 @@ class Citation:
     def as_dict(self) -> dict:
         return {
             "url": self.url,
+            "page_url": self.page_url,
             "excerpt": self.excerpt,
             "chunk_index": self.chunk_index,
             "score": round(1.0 - self.distance, 4),
@@ -50,8 +52,8 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> lis
     if vec.shape != (space.dimensions,):
         raise ValueError(f"query vector has {vec.shape} dims, space has {space.dimensions}")
     query = sql.SQL(
-        "SELECT p.url, c.content, c.chunk_index, (c.embedding{cast} <=> %(q)s{cast}) AS distance,"
-        "       p.last_verified_at, p.last_changed_at"
+        "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index,"
+        "       (c.embedding{cast} <=> %(q)s{cast}) AS distance, p.last_verified_at, p.last_changed_at, p.url"
         " FROM chunks c JOIN pages p ON p.page_id = c.page_id"
         " WHERE c.space_id = %(space)s AND p.deleted_at IS NULL"
         " ORDER BY c.embedding{cast} <=> %(q)s{cast} LIMIT %(k)s"
@@ -63,14 +65,15 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> lis
         rows = conn.execute(query, {"q": vec, "space": space.space_id, "k": k}).fetchall()
     rows.sort(key=lambda r: r[3])  # relaxed_order may hand back near-ties slightly out of order
     return [
-        Citation(url=r[0], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2], distance=float(r[3]),
-                 last_verified_at=r[4], last_changed_at=r[5])
+        Citation(url=r[0], page_url=r[6], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2],
+                 distance=float(r[3]), last_verified_at=r[4], last_changed_at=r[5])
         for r in rows
     ]
 
 
 def live_urls(conn: psycopg.Connection, urls: list[str]) -> set[str]:
-    """Those of ``urls`` whose page is still in search now: not tombstoned, not turned into a redirect."""
+    """Those of ``urls`` (normalized page URLs) whose page is still in search now: not tombstoned,
+    not turned into a redirect."""
     if not urls:
         return set()
     rows = conn.execute(
