@@ -274,6 +274,36 @@ def backfill_plan(as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def prune(dry_run: bool, as_json: bool) -> None:
+    """Delete settled deliveries, finished pushes and long-unused vectors past their retention
+    (DELIVERY_RETENTION_DAYS, PUSH_RETENTION_DAYS, VECTOR_RETENTION_DAYS; 0 keeps forever)."""
+    import psycopg
+    from pydantic import ValidationError
+
+    from rag_pipeline.store import db, retention
+
+    try:
+        policy = retention.Policy.from_settings(get_settings())
+    except ValidationError as exc:
+        raise CliError("; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())) from exc
+    with db.connection(_app_url()) as conn:
+        try:
+            result = retention.prune(conn, policy, dry_run=dry_run)
+        except retention.PruneBusy as exc:
+            raise CliError(str(exc)) from exc
+        except psycopg.errors.LockNotAvailable as exc:
+            raise CliError(f"a row stayed locked over {retention.LOCK_TIMEOUT}; what was deleted stays "
+                           f"deleted, run it again later ({exc})") from exc
+    if as_json:
+        click.echo(json.dumps({**result.as_dict(), "retention_days": policy.days()}, indent=2))
+        return
+    for line in result.lines(policy):
+        click.echo(line)
+
+
+@main.command()
 @click.argument("url")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--webhook", "webhook_url", default="http://127.0.0.1:8800/webhook", show_default=True)

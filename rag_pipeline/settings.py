@@ -88,6 +88,14 @@ class Settings(BaseSettings):
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
     crawler_waiting_max: int = Field(default=10_000, alias="CRAWLER_WAITING_MAX", ge=0)
 
+    # Retention (`rag-pipeline prune`, the daily `prune` schedule): days each kind of row is kept
+    # once it is no longer needed; 0 keeps that kind forever. Rows in use are never pruned.
+    delivery_retention_days: int = Field(default=14, alias="DELIVERY_RETENTION_DAYS", ge=0, le=36_500)
+    push_retention_days: int = Field(default=30, alias="PUSH_RETENTION_DAYS", ge=0, le=36_500)
+    vector_retention_days: int = Field(default=30, alias="VECTOR_RETENTION_DAYS", ge=0, le=36_500)
+    # Rows examined per prune transaction (each commits on its own: short row locks and snapshots).
+    prune_batch_size: int = Field(default=2000, alias="PRUNE_BATCH_SIZE", ge=1, le=100_000)
+
     def chunk_budget(self) -> tuple[int, int]:
         """(max tokens, overlap tokens) of a chunk, in cl100k_base tokens.
 

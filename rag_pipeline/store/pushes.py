@@ -48,13 +48,19 @@ def pushed_url(conn: psycopg.Connection, rid: str) -> str | None:
     return row[0] if row else None
 
 
+# How far back `undelivered` (the pushes_delivered check) looks for a push's delivery; retention
+# never deletes a push, or a delivery of a push, younger than this.
+UNDELIVERED_WINDOW_S = 7 * 86400
+
+
 @dataclass(frozen=True)
 class Undelivered:
     count: int
     examples: list[tuple[int, str, str]]       # (push_id, url, rid)
 
 
-def undelivered(conn: psycopg.Connection, older_than_s: float, window_s: float = 7 * 86400) -> Undelivered:
+def undelivered(conn: psycopg.Connection, older_than_s: float,
+                window_s: float = UNDELIVERED_WINDOW_S) -> Undelivered:
     """Pushes accepted more than `older_than_s` ago (within the window) with no delivery yet."""
     where = (
         " FROM pushes p WHERE p.result = 'pushed'"

@@ -1,0 +1,322 @@
+"""Retention: what the index may forget, deleted in short transactions.
+
+Left alone, three tables grow without bound: `deliveries` (each crawl keeps its gzip'd body, though
+the page's text already lives on `pages`), `pushes`, and the `vectors` cache. `prune` walks each in
+primary-key order, one range of `batch_size` rows per transaction, so row locks and snapshots stay
+short: the receiver's inserts never wait on it, and autovacuum reclaims space as it goes.
+
+Never deleted:
+- a delivery not routed yet, `queued`, or `failed` while its page has not applied anything newer
+  (its run may still be retried); a page's source delivery its run has not switched in yet; a
+  delivery whose push the `pushes_delivered` check still looks at (UNDELIVERED_WINDOW_S);
+- a `pending` push, a push whose delivery is not routed yet (routing reads the pushed URL from it),
+  a push younger than the `pushes_delivered` window;
+- a vector whose text any chunk uses, in any space (a space being built, or a retired one kept for
+  a switch back, holds vectors of live texts that no chunk row of that space references), or that a
+  staged chunk generation is about to switch in.
+
+Deliveries age by receipt, pushes by push time, and an unused vector from when a prune first found
+it unused (`unused_since`; created_at says nothing about when a text stopped being used), so the
+schedule's period adds up to a day to a vector's retention. The walks of `deliveries` and `pushes`
+stop at the first range holding a row newer than the cutoff: ids follow receipt order, so a day's
+walk reads the expired rows, the few kept ones before them, and one range. The walk of `vectors`
+reads the whole cache (a text stops being used anywhere, any time): one index probe per vector.
+
+One race is left, on purpose: a run that picks a long-unused cached vector in the instant between a
+prune's check and its delete fails its switch (`IncompleteGeneration`: nothing changes in search)
+and its retry embeds that text again. Closing it would cost a lock on every cache hit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from rag_pipeline.store.pushes import UNDELIVERED_WINDOW_S
+
+if TYPE_CHECKING:
+    from rag_pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Any constant works; it only has to differ from other advisory locks of this database.
+PRUNE_LOCK_KEY = 0x5241_4703
+# A prune never queues behind a stuck transaction for long (nor makes others queue behind it).
+LOCK_TIMEOUT = "10s"
+SETTLED_OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded")
+
+
+class PruneBusy(RuntimeError):
+    """Another prune holds the lock: two walks would only trip over each other."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Days each kind of row is kept once no longer needed; 0 keeps it forever."""
+
+    delivery_days: int = 14
+    push_days: int = 30
+    vector_days: int = 30
+    batch_size: int = 2000
+
+    def __post_init__(self) -> None:
+        for name in ("delivery_days", "push_days", "vector_days"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 keeps forever), not {getattr(self, name)}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {self.batch_size}")
+
+    def days(self) -> dict[str, int]:
+        return {"deliveries": self.delivery_days, "pushes": self.push_days, "vectors": self.vector_days}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Policy:
+        return cls(settings.delivery_retention_days, settings.push_retention_days,
+                   settings.vector_retention_days, settings.prune_batch_size)
+
+
+@dataclass
+class PruneResult:
+    dry_run: bool
+    deliveries: int = 0          # deleted (or, in a dry run, that would be)
+    pushes: int = 0
+    vectors: int = 0
+    vectors_unused: int = 0      # unused vectors still kept for reuse after this prune
+    batches: dict[str, int] = field(default_factory=dict)   # transactions per table
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def lines(self, policy: Policy) -> list[str]:
+        """One line per table, for a person."""
+        verb = "would delete" if self.dry_run else "deleted"
+        out = []
+        for name, days, count, what in (
+            ("deliveries", policy.delivery_days, self.deliveries, "settled, received over {} d ago"),
+            ("pushes", policy.push_days, self.pushes, "finished, pushed over {} d ago"),
+            ("vectors", policy.vector_days, self.vectors, "unused for over {} d"),
+        ):
+            line = f"{name}: kept forever" if days == 0 else f"{name}: {verb} {count} ({what.format(days)})"
+            if name == "vectors" and days:
+                line += f"; {self.vectors_unused} unused kept for reuse"
+            out.append(line)
+        return out
+
+
+# Every walk statement runs unprepared (prepare=False): psycopg prepares a statement run 5 times, and
+# PostgreSQL may then plan it once for any bounds, with a guessed range size instead of the real one.
+
+# --- deliveries -------------------------------------------------------------------------------
+
+_DELIVERY_RANGE = (
+    "SELECT max(id), coalesce(bool_or(received_at >= %(cutoff)s), false) FROM ("
+    " SELECT id, received_at FROM deliveries WHERE id > %(after)s ORDER BY id LIMIT %(batch)s) r"
+)
+_DELIVERY_PRUNABLE = """
+    d.id > %(after)s AND d.id <= %(upto)s
+    AND d.received_at < %(cutoff)s
+    AND d.processed_at IS NOT NULL
+    AND (d.outcome = ANY(%(settled)s)
+         -- failed, but its page has applied a newer delivery since: never retried (it would be history)
+         OR (d.outcome = 'failed' AND EXISTS (
+               SELECT 1 FROM pages p WHERE p.url = d.page_url AND p.applied_delivery_id > d.id)))
+    -- the source text of its page, not switched in yet: the switch marks this row
+    AND NOT EXISTS (
+          SELECT 1 FROM pages p WHERE p.url = d.page_url AND p.source_delivery_id = d.id
+             AND d.id > coalesce(p.applied_delivery_id, 0))
+    -- pushes_delivered finds the delivery of each recent push by rid
+    AND NOT EXISTS (SELECT 1 FROM pushes p WHERE p.rid = d.rid AND p.pushed_at > %(push_lookback)s)
+"""
+
+
+def prune_deliveries(conn: psycopg.Connection, cutoff: datetime, *, push_lookback: datetime,
+                     batch_size: int, dry_run: bool = False) -> tuple[int, int]:
+    """Delete settled deliveries received before `cutoff`; returns (rows, transactions)."""
+    verb = "SELECT count(*) FROM deliveries d WHERE " if dry_run else "DELETE FROM deliveries d WHERE "
+    params = {"cutoff": cutoff, "push_lookback": push_lookback, "batch": batch_size, "after": 0,
+              "settled": list(SETTLED_OUTCOMES)}
+    total = batches = 0
+    while True:
+        with conn.transaction():
+            _short_locks(conn)
+            upto, reached_new = conn.execute(_DELIVERY_RANGE, params, prepare=False).fetchone()
+            if upto is None:
+                break
+            total += _count(conn.execute(verb + _DELIVERY_PRUNABLE, {**params, "upto": upto}, prepare=False),
+                            dry_run)
+        batches += 1
+        params["after"] = upto
+        if reached_new:
+            break
+    return total, batches
+
+
+# --- pushes -----------------------------------------------------------------------------------
+
+_PUSH_RANGE = (
+    "SELECT max(push_id), coalesce(bool_or(pushed_at >= %(cutoff)s), false) FROM ("
+    " SELECT push_id, pushed_at FROM pushes WHERE push_id > %(after)s ORDER BY push_id LIMIT %(batch)s) r"
+)
+_PUSH_PRUNABLE = """
+    p.push_id > %(after)s AND p.push_id <= %(upto)s
+    AND p.pushed_at < %(cutoff)s
+    AND p.result <> 'pending'
+    -- routing reads the pushed URL of a delivery that came without one
+    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.rid = p.rid AND d.processed_at IS NULL)
+"""
+
+
+def prune_pushes(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int,
+                 dry_run: bool = False) -> tuple[int, int]:
+    """Delete finished pushes made before `cutoff`; returns (rows, transactions)."""
+    verb = "SELECT count(*) FROM pushes p WHERE " if dry_run else "DELETE FROM pushes p WHERE "
+    params = {"cutoff": cutoff, "batch": batch_size, "after": 0}
+    total = batches = 0
+    while True:
+        with conn.transaction():
+            _short_locks(conn)
+            upto, reached_new = conn.execute(_PUSH_RANGE, params, prepare=False).fetchone()
+            if upto is None:
+                break
+            total += _count(conn.execute(verb + _PUSH_PRUNABLE, {**params, "upto": upto}, prepare=False),
+                            dry_run)
+        batches += 1
+        params["after"] = upto
+        if reached_new:
+            break
+    return total, batches
+
+
+# --- vectors ----------------------------------------------------------------------------------
+
+# Walked one space at a time: with the space fixed, the planner estimates an embed_hash range from its
+# histogram (a row comparison over (space_id, embed_hash) is estimated from space_id alone: the whole
+# table, and a sequential scan per range).
+_VECTOR_BOUND = (
+    "SELECT embed_hash FROM vectors WHERE space_id = %(space)s AND embed_hash > %(after)s"
+    " ORDER BY embed_hash OFFSET %(offset)s LIMIT 1"
+)
+_VECTOR_IN_RANGE = "v.space_id = %(space)s AND v.embed_hash > %(after)s"
+_VECTOR_IN_RANGE_UPTO = _VECTOR_IN_RANGE + " AND v.embed_hash <= %(upto)s"
+# Used: a chunk of any space has this text (one probe of chunks_embed_hash), or a staged generation
+# is about to switch it in (staged_chunks holds the pages in flight only: hashed once per statement).
+_UNUSED = """
+    NOT EXISTS (SELECT 1 FROM chunks c WHERE c.embed_hash = v.embed_hash)
+    AND v.embed_hash NOT IN (SELECT s.embed_hash FROM staged_chunks s)
+"""
+_USED = """
+    (EXISTS (SELECT 1 FROM chunks c WHERE c.embed_hash = v.embed_hash)
+     OR v.embed_hash IN (SELECT s.embed_hash FROM staged_chunks s))
+"""
+_VECTOR_DELETE = "DELETE FROM vectors v WHERE {range} AND v.unused_since < %(cutoff)s AND" + _UNUSED
+_VECTOR_MARK = "UPDATE vectors v SET unused_since = now() WHERE {range} AND v.unused_since IS NULL AND" + _UNUSED
+_VECTOR_CLEAR = "UPDATE vectors v SET unused_since = NULL WHERE {range} AND v.unused_since IS NOT NULL AND" + _USED
+_VECTOR_KEPT = "SELECT count(*) FROM vectors v WHERE {range} AND v.unused_since IS NOT NULL"
+_VECTOR_COUNT = """
+    SELECT count(*) FILTER (WHERE v.unused_since < %(cutoff)s), count(*)
+      FROM vectors v WHERE {range} AND""" + _UNUSED
+
+
+def prune_vectors(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int,
+                  dry_run: bool = False) -> tuple[int, int, int]:
+    """Delete vectors unused since before `cutoff`, mark newly unused ones, clear the mark of ones
+    used again. Returns (deleted, unused vectors kept, transactions)."""
+    with conn.transaction():
+        space_ids = [r[0] for r in conn.execute("SELECT space_id FROM embedding_spaces ORDER BY space_id")]
+    deleted = kept = batches = 0
+    for space_id in space_ids:
+        params = {"cutoff": cutoff, "space": space_id, "after": b"", "offset": batch_size - 1}
+        while True:
+            with conn.transaction():
+                _short_locks(conn)
+                bound = conn.execute(_VECTOR_BOUND, params, prepare=False).fetchone()
+                params["upto"] = bound[0] if bound else None
+                where = _VECTOR_IN_RANGE_UPTO if bound else _VECTOR_IN_RANGE
+                if dry_run:
+                    gone, unused = conn.execute(_VECTOR_COUNT.format(range=where), params, prepare=False).fetchone()
+                    kept += unused - gone
+                else:
+                    gone = conn.execute(_VECTOR_DELETE.format(range=where), params, prepare=False).rowcount
+                    marked = conn.execute(_VECTOR_MARK.format(range=where), params, prepare=False).rowcount
+                    cleared = conn.execute(_VECTOR_CLEAR.format(range=where), params, prepare=False).rowcount
+                    kept += conn.execute(_VECTOR_KEPT.format(range=where), params, prepare=False).fetchone()[0]
+                    if marked or cleared:
+                        log.debug("space %s: %d vector(s) newly unused, %d used again", space_id, marked, cleared)
+            batches += 1
+            deleted += gone
+            if bound is None:
+                break
+            params["after"] = bytes(bound[0])
+    return deleted, kept, batches
+
+
+# --- all three --------------------------------------------------------------------------------
+
+def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False) -> PruneResult:
+    """Apply `policy` to deliveries, pushes and vectors. A dry run counts and changes nothing (not
+    even the unused marks of vectors). Raises PruneBusy when another prune is running."""
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        # Inside an open transaction every batch would become a savepoint of one long transaction.
+        raise RuntimeError("prune needs a connection outside any transaction: each batch commits on its own")
+    started = time.monotonic()
+    result = PruneResult(dry_run)
+    with _prune_lock(conn):
+        with conn.transaction():
+            now = conn.execute("SELECT now()").fetchone()[0]
+        push_lookback = now - timedelta(seconds=UNDELIVERED_WINDOW_S)
+        if policy.delivery_days:
+            result.deliveries, result.batches["deliveries"] = prune_deliveries(
+                conn, now - timedelta(days=policy.delivery_days), push_lookback=push_lookback,
+                batch_size=policy.batch_size, dry_run=dry_run)
+            log.info("deliveries: %d %s in %d batch(es)", result.deliveries, _verb(dry_run),
+                     result.batches["deliveries"])
+        if policy.push_days:
+            cutoff = min(now - timedelta(days=policy.push_days), push_lookback)
+            result.pushes, result.batches["pushes"] = prune_pushes(
+                conn, cutoff, batch_size=policy.batch_size, dry_run=dry_run)
+            log.info("pushes: %d %s in %d batch(es)", result.pushes, _verb(dry_run), result.batches["pushes"])
+        if policy.vector_days:
+            result.vectors, result.vectors_unused, result.batches["vectors"] = prune_vectors(
+                conn, now - timedelta(days=policy.vector_days), batch_size=policy.batch_size, dry_run=dry_run)
+            log.info("vectors: %d %s in %d batch(es), %d unused kept for reuse", result.vectors,
+                     _verb(dry_run), result.batches["vectors"], result.vectors_unused)
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+@contextmanager
+def _prune_lock(conn: psycopg.Connection) -> Iterator[None]:
+    """A session lock for the whole walk (each batch is its own transaction)."""
+    with conn.transaction():
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (PRUNE_LOCK_KEY,)).fetchone()[0]
+    if not got:
+        raise PruneBusy("another prune is running (it holds the prune lock); try again when it ends")
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.INERROR:
+            conn.rollback()
+        if not conn.closed:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK_KEY,))
+
+
+def _short_locks(conn: psycopg.Connection) -> None:
+    conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+
+
+def _count(cursor: psycopg.Cursor, dry_run: bool) -> int:
+    return cursor.fetchone()[0] if dry_run else cursor.rowcount
+
+
+def _verb(dry_run: bool) -> str:
+    return "would be deleted" if dry_run else "deleted"
