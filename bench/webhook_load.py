@@ -421,7 +421,8 @@ def main() -> int:
             servers[name] = Server(name, app, urls[name], args.workers, args.pool_size, work / f"{name}.log", app_dir)
             traffic[name] = Traffic(servers[name].port, bodies, seed=i)
         if args.with_ingestion:
-            total = (len(levels) * args.duration + args.open_duration) * len(targets) + 30
+            # Settling between phases takes a while too: a generous deadline, stopped at the end anyway.
+            total = 3 * (len(levels) * args.duration + args.open_duration) * len(targets) + 300
             ingest = subprocess.Popen(
                 [sys.executable, str(ROOT / "bench" / "webhook_ingest_bg.py"), str(total)],
                 env={**os.environ, "DATABASE_URL": urls.get("receiver") or urls["baseline"],
