@@ -43,6 +43,24 @@ def finish(conn: psycopg.Connection, outcomes: list[Outcome]) -> None:
         )
 
 
+# A push run records its pushes as pending, then finishes each within seconds (minutes with a low
+# CRAWLER_PUSH_RATE and retries): one still pending after this long belongs to a run that died.
+PENDING_EXPIRY_S = 3600
+
+
+def expire_pending(conn: psycopg.Connection, older_than_s: float = PENDING_EXPIRY_S) -> int:
+    """Mark pushes left pending by a run that died as failed, so they show in the crawler checks
+    and retention may prune them in time. Whether the crawler got them is unknown: their pages
+    are due again anyway once the recrawl lease ends."""
+    cur = conn.execute(
+        "UPDATE pushes SET result = 'failed', finished_at = now(),"
+        " error = 'no result recorded: the push run ended before finishing this push'"
+        " WHERE result = 'pending' AND pushed_at < now() - make_interval(secs => %s)",
+        (older_than_s,),
+    )
+    return cur.rowcount
+
+
 def pushed_url(conn: psycopg.Connection, rid: str) -> str | None:
     row = conn.execute("SELECT url FROM pushes WHERE rid = %s", (rid,)).fetchone()
     return row[0] if row else None

@@ -13,7 +13,7 @@ from rag_pipeline.defs.crawl.jobs import push_job, push_run_config
 from rag_pipeline.defs.crawl.resources import CrawlerResource
 from rag_pipeline.defs.resources import PostgresResource
 from rag_pipeline.settings import get_settings
-from rag_pipeline.store import schedule
+from rag_pipeline.store import pushes, schedule
 
 # A claimed page is due again after this if its push run never recorded the push.
 CLAIM_LEASE = timedelta(minutes=10)
@@ -35,9 +35,12 @@ def recrawl_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResour
     rules = load_rules(settings.cadence_file)
     with postgres.connect() as conn:
         with conn.transaction():
+            expired = pushes.expire_pending(conn)
             assigned = schedule.assign_defaults(conn, rules.every_for, settings.recrawl_batch_size)
             due = schedule.claim_due(conn, settings.recrawl_batch_size, CLAIM_LEASE,
                                      rules.tombstone_recheck)
+    if expired:
+        context.log.warning(f"{expired} push(es) left pending by a push run that died: marked failed")
     if not due:
         return dg.SensorResult(skip_reason=dg.SkipReason(
             f"no page due ({assigned} new page(s) given a cadence)"))
