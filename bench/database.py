@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rag_pipeline.store import db
+from rag_pipeline.store import db, embedded
 
 
 @contextmanager
@@ -22,7 +22,7 @@ def bench_database(prefix: str) -> Iterator[str]:
         url = db.with_database(url, name)
     else:
         pgdata = Path(tempfile.mkdtemp(prefix="bench-pg-"))
-        server = db.import_pgserver().get_server(pgdata, cleanup_mode="delete")
+        server = embedded.temporary_server(pgdata)
         url = server.get_uri(name)
     db.prepare(url)
     try:

@@ -46,7 +46,7 @@ import psycopg.sql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.store import db  # noqa: E402
+from rag_pipeline.store import db, embedded  # noqa: E402
 
 TOKEN = "bench-token"
 WORDS = ("index vector page crawl delivery token chunk embedding search query postgres hash "
@@ -387,7 +387,7 @@ def main() -> int:
     pg = None
     server_url = os.environ.get("DATABASE_URL")
     if not server_url:
-        pg = db.import_pgserver().get_server(work / "pgdata", cleanup_mode="delete")
+        pg = embedded.temporary_server(work / "pgdata")
         server_url = pg.get_uri("postgres")
         if args.pg_set:
             with psycopg.connect(server_url, autocommit=True) as conn:

@@ -6,64 +6,96 @@ import gzip
 import json
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import click
 
-from rag_pipeline.settings import get_settings
+from rag_pipeline.settings import SettingsError, get_settings
 
 
 class CliError(click.ClickException):
     exit_code = 1
 
 
-def _app_url() -> str:
+class Commands(click.Group):
+    """Turns the errors every command can meet (a bad setting, an unreachable or missing database)
+    into one line and exit 1."""
+
+    def invoke(self, ctx: click.Context):
+        from rag_pipeline.store.db import DatabaseError
+
+        try:
+            return super().invoke(ctx)
+        except (SettingsError, DatabaseError) as exc:
+            raise CliError(str(exc)) from exc
+
+
+def _app_url(*, create: bool = True) -> str:
+    """The index's URL, its schema brought up to date. `create=False` (every read command):
+    a missing embedded database or `rag` database is an error saying where it looked."""
     from rag_pipeline.store import db
 
-    try:
-        url = db.server_url(get_settings())
-        db.prepare(url)
-    except db.DatabaseError as exc:
-        raise CliError(str(exc)) from exc
+    settings = get_settings()
+    url = db.server_url(settings, create=create)
+    if not create and not db.database_exists(url):
+        where = (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
+                 else f"the embedded server at {db.embedded.pgdata_dir(settings)} ({db.describe_home(settings)})")
+        raise db.NoDatabase(f"no index database on {where}: create it with `rag-pipeline db migrate` "
+                            f"(or `make run`), or point DATABASE_URL or RAG_HOME at your index")
+    db.prepare(url)
     return url
 
 
-@click.group()
+@click.group(cls=Commands)
 def main() -> None:
     """Incremental RAG index: crawler deliveries in, cited search results out."""
 
 
-@main.group("db")
+@main.group("db", cls=Commands)
 def db_group() -> None:
     """The database (embedded unless DATABASE_URL is set)."""
 
 
 @db_group.command("start")
 def db_start() -> None:
-    """Start the embedded server (no-op with DATABASE_URL) and print its URL."""
+    """Start the embedded server (checked by `db doctor` the first time) and print the index's URL."""
     click.echo(_app_url())
 
 
 @db_group.command("stop")
 def db_stop() -> None:
     """Stop the embedded server."""
-    from rag_pipeline.store import db
+    from rag_pipeline.store import embedded
 
     settings = get_settings()
     if settings.database_url:
         raise CliError("DATABASE_URL is set: that server is not ours to stop")
-    click.echo("stopped" if db.stop_embedded(settings) else "not running")
+    click.echo("stopped" if embedded.stop(settings) else "not running")
+
+
+@db_group.command("doctor")
+def db_doctor() -> None:
+    """Run every vector operation the project uses in a scratch database and report the server."""
+    from rag_pipeline.store import db
+
+    report = db.run_doctor(get_settings())
+    for line in report.lines():
+        click.echo(line)
+    if not report.ok:
+        raise CliError("the database cannot serve this index (see above)")
 
 
 @db_group.command("url")
-@click.option("--database", default="rag", show_default=True, help="rag (the index) or dagster (its storage).")
+@click.option("--database", type=click.Choice(["rag", "dagster"]), default="rag", show_default=True,
+              help="rag (the index) or dagster (its storage).")
 def db_url(database: str) -> None:
-    """Print a connection URL (starts the embedded server if needed)."""
+    """Print a postgresql:// URL (creates the database; starts the embedded server if needed)."""
     from rag_pipeline.store import db
 
     url = db.server_url(get_settings(), database)
     db.ensure_database(url)
-    click.echo(url)
+    click.echo(db.as_url(url))
 
 
 @db_group.command("migrate")
@@ -89,8 +121,9 @@ def webhook(host: str, port: int, workers: int | None) -> None:
     import uvicorn
 
     settings = get_settings()
-    if not settings.webhook_token and not settings.webhook_allow_no_token:
-        raise CliError("WEBHOOK_TOKEN is not set (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
+    if not settings.resolved_webhook_token() and not settings.webhook_allow_no_token:
+        raise CliError(f"WEBHOOK_TOKEN is not set and {settings.rag_home / 'webhook_token'} does not exist "
+                       "(set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
     workers = workers or settings.webhook_workers
     from rag_pipeline.store import db
 
@@ -114,7 +147,7 @@ def search(question: str, k: int, as_json: bool) -> None:
 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
-    url = _app_url()
+    url = _app_url(create=False)
     with db.connection(url) as conn:
         try:
             hits = retrieve(conn, get_settings(), question, k)
@@ -152,7 +185,7 @@ def ask(question: str, k: int, as_json: bool) -> None:
     except (answers.NotConfigured, ChatError) as exc:
         raise CliError(str(exc)) from exc
     try:
-        with db.connection(_app_url()) as conn:
+        with db.connection(_app_url(create=False)) as conn:
             result = answers.answer(conn, settings, question, k, chat)
     except (RetrievalError, ChatError) as exc:
         raise CliError(str(exc)) from exc
@@ -169,7 +202,7 @@ def status(as_json: bool) -> None:
     """Pages, deliveries by outcome, and what embedding cost and saved."""
     from rag_pipeline.store import db, deliveries, pages
 
-    url = _app_url()
+    url = _app_url(create=False)
     with db.connection(url) as conn:
         page_counts = pages.counts(conn)
         outcome_counts = deliveries.outcome_counts(conn)
@@ -179,7 +212,10 @@ def status(as_json: bool) -> None:
             " FROM embedding_ledger"
         ).fetchone()
         chunk_count = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    settings = get_settings()
     report = {
+        "database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
+                     else f"embedded at {db.embedded.pgdata_dir(settings)} ({settings.rag_home_source()})"),
         "pages": page_counts,
         "chunks": chunk_count,
         "deliveries": outcome_counts,
@@ -193,7 +229,7 @@ def status(as_json: bool) -> None:
         return
     for section, values in report.items():
         if isinstance(values, dict):
-            click.echo(f"{section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+            click.echo(f"{section}: " + (", ".join(f"{k}={v}" for k, v in values.items()) or "none"))
         else:
             click.echo(f"{section}: {values}")
 
@@ -208,7 +244,7 @@ def space_list() -> None:
     """Every embedding space, with its status and vector count."""
     from rag_pipeline.store import db, spaces
 
-    with db.connection(_app_url()) as conn:
+    with db.connection(_app_url(create=False)) as conn:
         for s in spaces.list_all(conn):
             n = conn.execute("SELECT count(*) FROM vectors WHERE space_id = %s", (s.space_id,)).fetchone()[0]
             click.echo(f"{s.space_id}  {s.status:<8}  {s.model} ({s.dimensions} dims)  {n} vectors")
@@ -222,7 +258,7 @@ def space_build() -> None:
     from rag_pipeline.store import db
 
     embedder = make_embedder(get_settings())
-    with db.connection(_app_url()) as conn:
+    with db.connection(_app_url(create=False)) as conn:
         try:
             result = build(conn, embedder)
         except ModelSwitchError as exc:
@@ -239,7 +275,7 @@ def space_activate() -> None:
     from rag_pipeline.store import db
 
     embedder = make_embedder(get_settings())
-    with db.connection(_app_url()) as conn:
+    with db.connection(_app_url(create=False)) as conn:
         try:
             active = activate(conn, embedder)
         except ModelSwitchError as exc:
@@ -256,13 +292,15 @@ def backfill() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def backfill_plan(as_json: bool) -> None:
     """Price a re-chunk of outdated pages from stored text, without calling the embedder."""
+    from rag_pipeline.embedders.factory import indexing_chunk_budget
     from rag_pipeline.ingest.backfill import plan
     from rag_pipeline.store import db, spaces
 
     settings = get_settings()
-    max_tokens, overlap_tokens = settings.chunk_budget()
-    with db.connection(_app_url()) as conn:
-        result = plan(conn, spaces.active(conn), max_tokens, overlap_tokens)
+    with db.connection(_app_url(create=False)) as conn:
+        active = spaces.active(conn)
+        max_tokens, overlap_tokens = indexing_chunk_budget(settings, active)
+        result = plan(conn, active, max_tokens, overlap_tokens)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
@@ -288,7 +326,7 @@ def prune(dry_run: bool, as_json: bool) -> None:
         policy = retention.Policy.from_settings(get_settings())
     except ValidationError as exc:
         raise CliError("; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())) from exc
-    with db.connection(_app_url()) as conn:
+    with db.connection(_app_url(create=False)) as conn:
         try:
             result = retention.prune(conn, policy, dry_run=dry_run)
         except retention.PruneBusy as exc:
@@ -322,14 +360,17 @@ def deliver(url: str, file: Path, webhook_url: str, original_status: int, rid: s
         "Content-Encoding": "gzip",
         "Content-Type": "text/markdown; charset=utf-8",
     }
-    params = {"token": settings.webhook_token} if settings.webhook_token else {}
+    from rag_pipeline.crawl.fetching import answer_reason
+
+    token = settings.resolved_webhook_token()
+    params = {"token": token} if token else {}
     try:
         resp = httpx.post(webhook_url, params=params, headers=headers,
                           content=gzip.compress(file.read_bytes()), timeout=30)
     except httpx.HTTPError as exc:
         raise CliError(f"cannot reach the webhook at {webhook_url}: {exc}") from exc
     if resp.status_code != 200:
-        raise CliError(f"webhook answered {resp.status_code}: {resp.text}")
+        raise CliError(f"webhook answered {resp.status_code}: {answer_reason(resp)}")
     click.echo(resp.text)
 
 
@@ -350,7 +391,7 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
 
     settings = get_settings()
     try:
-        seeds = parse_seeds(file.read_text(encoding="utf-8"))
+        seeds = parse_seeds(file.read_text(encoding="utf-8"), timedelta(seconds=settings.recrawl_interval_s))
         rules = load_rules(settings.cadence_file)
     except CadenceError as exc:
         raise CliError(f"{file}: {exc}") from exc
@@ -390,10 +431,13 @@ def cadence() -> None:
 @cadence.command("set")
 @click.argument("url")
 @click.argument("every")
-def cadence_set(url: str, every: str) -> None:
-    """Recrawl URL every EVERY (30s, 15m, 6h, 1d, 2w, 1h30m)."""
+@click.option("--register", is_flag=True, help="Add URL if it is not registered yet (due at the next tick).")
+def cadence_set(url: str, every: str, register: bool) -> None:
+    """Recrawl URL every EVERY (1m, 15m, 6h, 1d, 2w, 1h30m; at least RECRAWL_INTERVAL_S)."""
+    from datetime import timedelta
+
     from rag_pipeline.core.urls import InvalidURL, normalize_url
-    from rag_pipeline.crawl.cadence import CadenceError, format_interval, parse_interval
+    from rag_pipeline.crawl.cadence import CadenceError, check_honourable, format_interval, parse_interval
     from rag_pipeline.store import db, schedule
 
     try:
@@ -401,13 +445,20 @@ def cadence_set(url: str, every: str) -> None:
         page_url = normalize_url(url)
     except (CadenceError, InvalidURL) as exc:
         raise click.BadParameter(str(exc)) from exc
+    try:
+        check_honourable(interval, timedelta(seconds=get_settings().recrawl_interval_s))
+    except CadenceError as exc:
+        raise CliError(f"{exc} (or lower RECRAWL_INTERVAL_S)") from exc
     with db.connection(_app_url()) as conn:
         with conn.transaction():
-            row = schedule.set_cadence(conn, url, page_url, interval)
+            row = schedule.set_cadence(conn, url, page_url, interval, register=register)
+    if row is None:
+        raise CliError(f"{page_url} is not registered: check the URL, or add it with --register")
     if row.alias_of:
-        click.echo(f"{page_url} redirects to {row.alias_of} and is not recrawled; set the cadence there")
-        return
-    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)}")
+        raise CliError(f"{page_url} redirects to {row.alias_of} and is not recrawled: set the cadence there "
+                       f"(rag-pipeline cadence set {row.alias_of} {format_interval(interval)})")
+    added = " (registered, first crawl at the next recrawl tick)" if row.created else ""
+    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)}{added}")
 
 
 @cadence.command("show")
@@ -415,27 +466,24 @@ def cadence_set(url: str, every: str) -> None:
 def cadence_show(url: str) -> None:
     """The cadence, next crawl and redirect of URL."""
     from rag_pipeline.core.urls import InvalidURL, normalize_url
-    from rag_pipeline.crawl.cadence import format_interval
-    from rag_pipeline.store import db
+    from rag_pipeline.crawl.cadence import describe_time, format_interval
+    from rag_pipeline.store import db, schedule
 
     try:
         page_url = normalize_url(url)
     except InvalidURL as exc:
         raise click.BadParameter(str(exc)) from exc
-    with db.connection(_app_url()) as conn:
-        row = conn.execute(
-            "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at"
-            " FROM pages WHERE url = %s", (page_url,),
-        ).fetchone()
+    with db.connection(_app_url(create=False)) as conn:
+        row = schedule.cadence_of(conn, page_url)
     if row is None:
         raise CliError(f"{page_url} is not registered (rag-pipeline seed FILE)")
-    every, source, next_at, last_at, alias, deleted = row
-    click.echo(f"{page_url}: every {format_interval(every)} ({source or 'not assigned yet'})")
-    click.echo(f"  last crawled {last_at}, next crawl {next_at}")
-    if alias:
-        click.echo(f"  redirects to {alias}: not recrawled")
-    if deleted:
-        click.echo(f"  tombstoned since {deleted}: re-checked slowly")
+    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)} ({row.source or 'not assigned yet'})")
+    click.echo(f"  last crawled {describe_time(row.last_crawled_at, row.now)}, "
+               f"next crawl {describe_time(row.next_crawl_at, row.now, missing='not scheduled')}")
+    if row.alias_of:
+        click.echo(f"  redirects to {row.alias_of}: not recrawled")
+    if row.deleted_at:
+        click.echo(f"  tombstoned since {describe_time(row.deleted_at, row.now)}: re-checked slowly")
 
 
 if __name__ == "__main__":

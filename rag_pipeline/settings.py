@@ -6,15 +6,44 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The checkout that holds this code (an editable install, as `make run` makes), if it is one.
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def checkout_dir() -> Path | None:
+    return CHECKOUT if (CHECKOUT / "workspace.yaml").is_file() and (CHECKOUT / "pyproject.toml").is_file() else None
+
+
+def default_rag_home() -> Path:
+    """The checkout's `.rag` wherever the shell is; installed elsewhere, a per-user directory.
+
+    Never the current directory: a command run from elsewhere must find the same index, not
+    start an empty one beside the user.
+    """
+    checkout = checkout_dir()
+    if checkout is not None:
+        return checkout / ".rag"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("rag-pipeline"))
+
+
+class SettingsError(ValueError):
+    """A setting has a value it cannot take; the message is one line naming the variable."""
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    # The checkout's .env, then the working directory's (which wins).
+    model_config = SettingsConfigDict(
+        env_file=tuple(p for p in (checkout_dir() and checkout_dir() / ".env", Path(".env")) if p),
+        extra="ignore",
+    )
 
     # Where the embedded database and other local state live when DATABASE_URL is unset.
-    rag_home: Path = Field(default=Path(".rag"), alias="RAG_HOME")
+    rag_home: Path = Field(default_factory=default_rag_home, alias="RAG_HOME")
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
 
     # Embeddings. `local` is the offline default when no OpenAI key is set.
@@ -96,6 +125,18 @@ class Settings(BaseSettings):
     # Rows examined per prune transaction (each commits on its own: short row locks and snapshots).
     prune_batch_size: int = Field(default=2000, alias="PRUNE_BATCH_SIZE", ge=1, le=100_000)
 
+    @field_validator("rag_home")
+    @classmethod
+    def _absolute_home(cls, value: Path) -> Path:
+        # A relative RAG_HOME is the user's explicit choice: fix it once, against where they typed it.
+        return value.expanduser().absolute()
+
+    def rag_home_source(self) -> str:
+        """How RAG_HOME was found, for messages that say where a command looked."""
+        if "rag_home" in self.model_fields_set:
+            return "set in the environment"
+        return "default: the checkout's .rag" if checkout_dir() else "default: the per-user data directory"
+
     def chunk_budget(self) -> tuple[int, int]:
         """(max tokens, overlap tokens) of a chunk, in cl100k_base tokens.
 
@@ -114,11 +155,40 @@ class Settings(BaseSettings):
             return self.embedding_provider
         return "openai" if self.openai_api_key else "local"
 
+    def resolved_webhook_token(self) -> str | None:
+        """WEBHOOK_TOKEN, else the token `make run` generated in $RAG_HOME/webhook_token: the
+        receiver and everything that delivers to it (the CLI, the local crawler) read it here, so
+        they agree in a shell where WEBHOOK_TOKEN was never exported."""
+        if self.webhook_token:
+            return self.webhook_token
+        try:
+            token = (self.rag_home / "webhook_token").read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return token or None
+
     def resolved_answer_endpoint(self) -> tuple[str | None, str | None]:
         """(API key, base URL) of the chat endpoint: ANSWER_* first, else the OPENAI_* ones."""
         return (self.answer_api_key or self.openai_api_key, self.answer_base_url or self.openai_base_url)
 
 
+def load_settings() -> Settings:
+    """Settings from the environment; a bad value is one line, never a pydantic traceback."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc)) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """`CHUNK_MAX_TOKENS='10': Input should be greater than or equal to 32` (every bad variable)."""
+    parts = []
+    for error in exc.errors():
+        name = ".".join(str(part) for part in error["loc"]) or "settings"
+        parts.append(f"{name}={error.get('input')!r}: {error['msg']}")
+    return "bad setting " + "; ".join(parts)
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    return load_settings()

@@ -13,23 +13,32 @@ import pytest
 from psycopg import sql
 
 from rag_pipeline.settings import get_settings
-from rag_pipeline.store import db
+from rag_pipeline.store import db, embedded
 
 
 @pytest.fixture(scope="session")
 def pg_server_url():
-    """TEST_DATABASE_URL (any server with pgvector and CREATEDB), else an embedded pgserver."""
+    """TEST_DATABASE_URL (any server with pgvector and CREATEDB), else a throwaway embedded server."""
     external = os.environ.get("TEST_DATABASE_URL")
     if external:
         yield external
         return
-    pgserver = db.import_pgserver()
     pgdata = Path(tempfile.mkdtemp(prefix="rag-test-pg-"))
-    server = pgserver.get_server(pgdata, cleanup_mode="delete")
+    server = embedded.temporary_server(pgdata)
+    _require_working_vectors(server.get_uri("postgres"), pgdata / "log")
     yield server.get_uri("postgres")
     db.close_pools()
     server.cleanup()
     shutil.rmtree(pgdata, ignore_errors=True)
+
+
+def _require_working_vectors(url: str, log_file: Path) -> None:
+    """One clear stop instead of a hundred errors when the server's pgvector cannot run here."""
+    from rag_pipeline.store import doctor
+
+    report = doctor.diagnose(url, source="the test server", log_file=log_file)
+    if not report.ok:
+        pytest.exit(f"the embedded server cannot run the tests on this machine: {report.failure}", returncode=3)
 
 
 @pytest.fixture

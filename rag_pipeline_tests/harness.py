@@ -15,6 +15,18 @@ from rag_pipeline.defs.resources import PostgresResource
 TOKEN = "e2e-token"
 
 
+def configure(monkeypatch, **env: str | None) -> None:
+    """Set (or, for None, unset) environment variables and read the settings anew."""
+    from rag_pipeline.settings import get_settings
+
+    for name, value in env.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+
+
 def load_defs() -> dg.Definitions:
     from rag_pipeline.definitions import defs
 

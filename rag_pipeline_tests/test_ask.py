@@ -21,12 +21,14 @@ from pgvector.psycopg import register_vector
 
 from rag_pipeline.cli import main as cli
 from rag_pipeline.embedders.hash_embedder import HashEmbedder
+from rag_pipeline.embedders.local import LocalEmbedder
+from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline.store import deliveries
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
-from rag_pipeline_tests.harness import TOKEN, Pipeline, deliver, load_defs
+from rag_pipeline_tests.harness import TOKEN, Pipeline, configure, deliver, load_defs
 from rag_pipeline_tests.servers import serve
 from webhook_sensor.app import create_app
 
@@ -169,17 +171,7 @@ def tombstone(database_url: str, url: str) -> None:
 @pytest.fixture
 def indexed(database_url, monkeypatch):
     """The three pages indexed with the hash embedder; chat through the fake with its own key."""
-    embedder = HashEmbedder(dimensions=64)
-    # Not the pool the CLI draws from: its connections stay as the CLI leaves them.
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        register_vector(conn)
-        for url, markdown in PAGES.items():
-            put(conn, url, markdown)
-        route_batch(conn, 100, MAX)
-        for url in PAGES:
-            indexing.take_newest_delivery(conn, url, MAX)
-            indexing.stage_chunks(conn, url, 512, 64)
-            indexing.embed_and_switch(conn, url, embedder)
+    index_pages(database_url, HashEmbedder(dimensions=64), budget=(512, 64))
     with FakeOpenAI(dimensions=16, api_key="sk-chat") as fake:
         monkeypatch.setenv("DATABASE_URL", database_url)
         monkeypatch.setenv("EMBEDDING_PROVIDER", "hash")
@@ -292,3 +284,87 @@ def test_no_transaction_stays_open_while_the_model_answers(indexed, database_url
     assert all(samples)
     held = set.intersection(*({pid for pid, state in s.items() if state == "idle in transaction"} for s in samples))
     assert not held, samples   # the CLI's connection is idle between its reads, holding no locks
+
+
+# -- questions are embedded in the active space, whatever keys are set --------------------------
+
+
+def index_pages(database_url: str, embedder, budget: tuple[int, int] = (160, 32)) -> None:
+    """The three pages indexed directly with ``embedder``: its space becomes the active one.
+
+    Not the pool the CLI draws from: its connections stay as the CLI leaves them."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        register_vector(conn)
+        for url, markdown in PAGES.items():
+            put(conn, url, markdown)
+        route_batch(conn, 100, MAX)
+        for url in PAGES:
+            indexing.take_newest_delivery(conn, url, MAX)
+            indexing.stage_chunks(conn, url, *budget)
+            indexing.embed_and_switch(conn, url, embedder)
+
+
+def search(*args: str) -> tuple[int, list[str], str]:
+    result = CliRunner().invoke(cli, ["search", QUESTION, "--json", *args])
+    urls = [r["url"] for r in json.loads(result.stdout)["results"]] if result.exit_code == 0 else []
+    return result.exit_code, urls, result.stderr
+
+
+def test_a_chat_key_does_not_change_how_questions_of_a_local_index_are_embedded(database_url, monkeypatch):
+    # The issue's case: `make run` indexed with the offline model, then a key is set to get answers.
+    index_pages(database_url, LocalEmbedder())
+    with FakeOpenAI(dimensions=64, api_key="sk-chat") as fake:
+        configure(monkeypatch, DATABASE_URL=database_url)
+        code, offline, err = search()
+        assert code == 0 and offline, err
+        configure(monkeypatch, OPENAI_API_KEY="sk-chat", OPENAI_BASE_URL=fake.base_url)
+        assert get_settings().resolved_embedding_provider() == "openai"   # what indexing would use
+
+        code, urls, err = search()
+        assert code == 0, err
+        assert urls == offline                  # the same model ranked the same passages
+        fake.script_chat("Generate a new token, update the callback, then revoke the old one [1].")
+        data, _ = ask_json(QUESTION)
+        assert [c["url"] for c in data["citations"]] == [offline[0]]
+        assert len(fake.chat_calls) == 1
+        assert fake.calls == []                 # no question was sent to the embeddings endpoint
+
+
+@pytest.mark.parametrize("env", [
+    {"EMBEDDING_PROVIDER": None, "EMBEDDING_DIMENSIONS": None, "OPENAI_API_KEY": "sk-x"},
+    {"EMBEDDING_PROVIDER": "local", "EMBEDDING_DIMENSIONS": None},
+    {"EMBEDDING_PROVIDER": "hash", "EMBEDDING_DIMENSIONS": "32"},
+], ids=["openai-key", "local-configured", "other-hash-size"])
+def test_a_hash_space_is_searched_at_its_own_size_whatever_is_configured(database_url, monkeypatch, env):
+    index_pages(database_url, HashEmbedder(dimensions=64))
+    # Nothing listens there: a question sent to an OpenAI-compatible server would fail.
+    configure(monkeypatch, DATABASE_URL=database_url, EMBEDDING_PROVIDER="hash", EMBEDDING_DIMENSIONS="64",
+              OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+    code, expected, err = search()
+    assert code == 0 and expected, err
+    configure(monkeypatch, **env)
+    assert search() == (0, expected, "")
+
+
+def test_an_openai_space_is_searched_with_its_model_and_size(database_url, monkeypatch):
+    with FakeOpenAI(dimensions=64, api_key="sk-emb") as fake:
+        index_pages(database_url, OpenAIEmbedder("text-embedding-3-small", 64, api_key="sk-emb",
+                                                 base_url=fake.base_url))
+        indexed_calls = len(fake.calls)
+        # Configured for another model (and provider unset): questions still use the space's.
+        configure(monkeypatch, DATABASE_URL=database_url, OPENAI_API_KEY="sk-emb", OPENAI_BASE_URL=fake.base_url,
+                  EMBEDDING_MODEL="text-embedding-3-large")
+        code, urls, err = search()
+        assert code == 0 and urls, err
+        (call,) = fake.calls[indexed_calls:]
+        assert (call.status, call.model, call.dimensions, call.inputs) == (200, "text-embedding-3-small", 64,
+                                                                          [QUESTION])
+
+        # A chat key alone cannot embed a question in this space: one line says what is missing.
+        configure(monkeypatch, OPENAI_API_KEY=None, ANSWER_API_KEY="sk-chat", ANSWER_BASE_URL=fake.base_url,
+                  EMBEDDING_PROVIDER="local")
+        for code, _, err in (search(), ask(QUESTION)):
+            assert code == 1
+            assert "text-embedding-3-small" in err and "needs OPENAI_API_KEY" in err
+            assert len(err.strip().splitlines()) == 1
+        assert len(fake.calls) == indexed_calls + 1 and fake.chat_calls == []

@@ -156,3 +156,43 @@ def test_record_run_failure_counts_each_try_once(conn):
     assert 235 <= (second - now).total_seconds() <= 245
     assert 55 <= (first - now).total_seconds() <= 65
     assert conn.execute("SELECT attempts FROM deliveries").fetchone()[0] == 2
+
+
+# -- bad page text --------------------------------------------------------------------------------
+
+PAGE_WITH_NUL = b"# Retry\x00\n\nThe albatross\x00 protocol resends every frame\x00 twice.\x00\n"
+
+
+def test_a_page_with_nul_bytes_is_indexed_without_them(stack, conn):
+    base, fake, pipeline = stack
+    assert deliver(base, URL, PAGE_WITH_NUL).status_code == 200
+    tick = pipeline.tick()                 # the run succeeds: nothing to fail, nothing to retry
+    first = only_delivery_id(conn)
+    assert delivery(conn, first)[:3] == ("embedded", 0, False)
+    text, digest = conn.execute("SELECT source_text, indexed_hash FROM pages").fetchone()
+    assert text == "# Retry\n\nThe albatross protocol resends every frame twice."
+    assert indexed(conn) and tick.partitions == [URL]
+    assert all("\x00" not in c for (c,) in conn.execute("SELECT content FROM chunks"))
+    assert fake.inputs and all("\x00" not in t for t in fake.inputs)
+
+    # The same bytes again hash the same: unchanged, no run, nothing embedded.
+    embedded = len(fake.inputs)
+    deliver(base, URL, PAGE_WITH_NUL)
+    assert pipeline.tick().result.run_requests in (None, [])
+    assert delivery(conn, only_delivery_id(conn))[0] == "unchanged"
+    assert conn.execute("SELECT indexed_hash FROM pages").fetchone()[0] == digest
+    assert len(fake.inputs) == embedded
+
+
+def test_text_postgres_refuses_fails_the_run_once_and_is_not_retried(stack, conn, monkeypatch):
+    base, fake, pipeline = stack
+    # Normalization made unable to clean the text (what any such gap would do): Postgres refuses it.
+    monkeypatch.setattr("rag_pipeline.ingest.indexing.normalize_markdown", lambda text, *a, **k: text)
+    deliver(base, URL, PAGE_WITH_NUL)
+    tick = pipeline.tick(expect_success=False)
+    pipeline.report_failure(tick.runs[0])
+    outcome, attempts, scheduled, error = delivery(conn, only_delivery_id(conn))
+    assert (outcome, attempts, scheduled) == ("failed", 1, False)
+    assert "NUL" in error and "a retry would fail the same way" in error
+    assert pipeline.tick(execute=False).result.run_requests in (None, [])
+    assert fake.inputs == [] and not indexed(conn)

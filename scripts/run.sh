@@ -6,29 +6,14 @@ set -m
 cd "$(dirname "$0")/.."
 
 BIN=.venv/bin
-export RAG_HOME="${RAG_HOME:-$PWD/.rag}"
 WEBHOOK_PORT="${WEBHOOK_PORT:-8800}"
 DAGSTER_PORT="${DAGSTER_PORT:-3000}"
 SITE_PORT="${SITE_PORT:-8900}"
 # The demo crawls a loopback site: the built-in local crawler, unless CRAWLER says otherwise.
 export CRAWLER="${CRAWLER:-local}"
 export WEBHOOK_PORT
-mkdir -p "$RAG_HOME"
-
-# A webhook token is required; make one for this checkout unless the user set theirs.
-if [ -z "${WEBHOOK_TOKEN:-}" ]; then
-  [ -s "$RAG_HOME/webhook_token" ] || "$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(24))' > "$RAG_HOME/webhook_token"
-  WEBHOOK_TOKEN="$(cat "$RAG_HOME/webhook_token")"
-fi
-export WEBHOOK_TOKEN
-
-"$BIN/rag-pipeline" db migrate
-export DAGSTER_POSTGRES_URL="$("$BIN/rag-pipeline" db url --database dagster)"
-export DAGSTER_HOME="$RAG_HOME/dagster_home"
-mkdir -p "$DAGSTER_HOME"
-cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
-# Push runs share one crawler rate limit only if they never overlap: one push op at a time.
-"$BIN/dagster" instance concurrency set crawler_push 1 >/dev/null
+# shellcheck source=scripts/setup.sh
+source scripts/setup.sh
 
 pids=()
 cleanup() {

@@ -119,9 +119,10 @@ class WebhookApp(FastAPI):
 
 def create_app(settings: Settings | None = None, database_url: str | None = None) -> FastAPI:
     settings = settings or get_settings()
-    token = settings.webhook_token or None
+    token = settings.resolved_webhook_token()
     if not token and not settings.webhook_allow_no_token:
-        raise RuntimeError("WEBHOOK_TOKEN is not set (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
+        raise RuntimeError("WEBHOOK_TOKEN is not set and there is no $RAG_HOME/webhook_token"
+                           " (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
     token_digest = _digest(token) if token else None
     metrics = Metrics.create()
     logger = access_logger()

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from isal import isal_zlib
 
-from rag_pipeline.core.bodies import is_gzip, is_utf8
+from rag_pipeline.core.bodies import encode_text, is_gzip, is_utf8
 from rag_pipeline.core.delivery import Verdict, classify, parse_status
 
 PROBE_USER_AGENT = "Crawlbase Monitoring Bot"
@@ -241,7 +241,7 @@ def _parse_json(headers: HeaderSource, raw: bytes, content_type: str, max_page_b
     if not isinstance(body, str):
         raise Refused(400, "bad_json", "gzip/json field 'body' is not a string")
     # A lone surrogate (legal JSON escape, not UTF-8) becomes U+FFFD, like any invalid byte.
-    page = body.encode("utf-8", errors="replace")
+    page = encode_text(body)
     invalid = not _encodable(body)
     _require_content(page, crawler_status, original_status)
     return Delivery(

@@ -6,6 +6,7 @@ Pure functions shared by the receiver (validate before answering 200) and the se
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -62,6 +63,18 @@ def decode_text(data: bytes) -> DecodedBody:
         return DecodedBody(data.decode("utf-8"), False)
     except UnicodeDecodeError:
         return DecodedBody(data.decode("utf-8", errors="replace"), True)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_text(text: str) -> bytes:
+    """UTF-8 of a str that may hold lone surrogates (legal JSON escapes with no UTF-8 form):
+    each becomes U+FFFD, as an invalid byte does in `decode_text`, not a "?" that reads as text."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def decode_stored(body: bytes, encoding: str, max_bytes: int) -> DecodedBody:

@@ -22,6 +22,8 @@ __all__ = [
 ]
 
 _TRAILING_BLANKS = re.compile(r"[ \t]+$", re.MULTILINE)
+# Lone surrogates (a JSON escape like "\ud800") have no UTF-8 form: hashing or storing them fails.
+_LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 _BLANK_LINE_RUNS = re.compile(r"\n{3,}")
 _TEMPLATE_REF = re.compile(r"\\(?:g<([^>]*)>|([1-9][0-9]?))")
 
@@ -54,7 +56,16 @@ class BoilerplateRule:
         return url is not None and self.url_pattern.search(url) is not None
 
 
+def storable(text: str) -> str:
+    """Text PostgreSQL can store and UTF-8 can encode: NUL removed (text columns refuse U+0000),
+    lone surrogates replaced with U+FFFD. A page is never refused for a byte it did not mean."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return _LONE_SURROGATES.sub("\ufffd", text)
+
+
 def _one_pass(text: str, rules: Sequence[BoilerplateRule]) -> str:
+    text = storable(text)
     text = unicodedata.normalize("NFC", text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _TRAILING_BLANKS.sub("", text)

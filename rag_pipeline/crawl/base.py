@@ -48,6 +48,11 @@ class Crawler(Protocol):
         The local crawler fetches in this process, so a run must not end before it is done."""
         ...
 
+    def delivery_failures(self, rids: list[str]) -> dict[str, str]:
+        """rid → reason for the pushes among `rids` whose delivery this process gave up on (the
+        local crawler; Crawlbase retries its deliveries on its side and reports none)."""
+        ...
+
     def close(self) -> None:
         ...
 

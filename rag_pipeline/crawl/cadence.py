@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -17,10 +17,25 @@ DEFAULT_CADENCE_FILE = Path(__file__).resolve().parents[1] / "config" / "cadence
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 _COMMENT = re.compile(r"(^|\s)#.*$")
+_HAS_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
 class CadenceError(ValueError):
     """An interval, a rule or a seed line that cannot be read; the message says which."""
+
+
+class SeedFileError(CadenceError):
+    """Every bad line of a seed file at once, so one edit fixes them all: `problems` is
+    [(line number, message)], in file order."""
+
+    def __init__(self, problems: list[tuple[int, str]]):
+        self.problems = problems
+        if len(problems) == 1:
+            n, message = problems[0]
+            text = f"line {n}: {message}"
+        else:
+            text = "\n".join([f"{len(problems)} bad lines:", *(f"  line {n}: {m}" for n, m in problems)])
+        super().__init__(text)
 
 
 def parse_interval(text: str) -> timedelta:
@@ -44,7 +59,34 @@ def format_interval(every: timedelta) -> str:
     for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
         if seconds and seconds % size == 0:
             return f"{seconds // size}{unit}"
+    if seconds > 60:
+        return f"{format_interval(timedelta(seconds=seconds - seconds % 60))}{seconds % 60}s"
     return f"{seconds}s"
+
+
+def check_honourable(every: timedelta, sensor_interval: timedelta) -> None:
+    """recrawl_sensor looks for due pages only once per interval, so a shorter cadence would
+    silently be crawled at the sensor's pace: refuse it rather than promise it."""
+    if every < sensor_interval:
+        floor = format_interval(sensor_interval)
+        raise CadenceError(f"every {format_interval(every)} is shorter than the recrawl sensor's interval "
+                           f"({floor}): it cannot be honoured; use {floor} or more")
+
+
+def _span(seconds: int) -> str:
+    for size, unit, sub_size, sub_unit in ((86400, "d", 3600, "h"), (3600, "h", 60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit} {seconds % size // sub_size}{sub_unit}"
+    return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
+
+
+def describe_time(at: datetime | None, now: datetime, missing: str = "never") -> str:
+    """`2026-12-01 07:40:00 UTC (5m ago)`: an operator reads when, and how far off, at a glance."""
+    if at is None:
+        return missing
+    seconds = int((at - now).total_seconds())
+    relative = "now" if seconds == 0 else (f"in {_span(seconds)}" if seconds > 0 else f"{_span(-seconds)} ago")
+    return f"{at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC ({relative})"
 
 
 @dataclass(frozen=True)
@@ -105,34 +147,64 @@ class Seed:
     line: int
 
 
-def parse_seeds(text: str) -> list[Seed]:
-    """One URL per line, `#` comments, optional `every=6h`. Errors name the line."""
-    seeds: list[Seed] = []
-    seen: set[str] = set()
+def _parse_seed_line(line: str) -> tuple[str, str | None, timedelta | None, list[str]]:
+    """(url, normalized url or None, every, problems) of one non-empty seed line."""
+    fields = line.split()
+    if not _HAS_SCHEME.match(fields[0]):
+        return fields[0], None, None, [f"{line!r} is not a URL (expected http(s)://…)"]
+    url, page_url, every, problems = fields[0], None, None, []
+    try:
+        page_url = normalize_url(url)
+    except InvalidURL as exc:
+        problems.append(str(exc))
+    given = False
+    for extra in fields[1:]:
+        key, sep, value = extra.partition("=")
+        if key != "every" or not sep:
+            problems.append(f"unknown option {extra!r} (the only option is every=INTERVAL, e.g. every=6h)")
+        elif given:
+            problems.append("every= given twice")
+        else:
+            given = True
+            try:
+                every = parse_interval(value)
+            except CadenceError as exc:
+                problems.append(str(exc))
+    return url, page_url, every, problems
+
+
+def parse_seeds(text: str, min_every: timedelta | None = None) -> list[Seed]:
+    """One URL per line, `#` comments, optional `every=6h`. Every bad line is reported at once
+    (SeedFileError), and then nothing is returned: a file is registered as written or not at all.
+    A page listed twice is kept once, with the cadence either line gives; two different ones
+    are an error. A cadence below `min_every` (the recrawl sensor's interval) cannot be honoured."""
+    seeds: dict[str, Seed] = {}
+    problems: list[tuple[int, str]] = []
     for n, raw in enumerate(text.splitlines(), 1):
         # A comment starts with `#` at the start of a line or after a space (a URL's own #fragment stays).
         line = _COMMENT.sub("", raw).strip()
         if not line:
             continue
-        fields = line.split()
-        url, every = fields[0], None
-        for extra in fields[1:]:
-            key, sep, value = extra.partition("=")
-            if key != "every" or not sep:
-                raise CadenceError(f"line {n}: unknown field {extra!r} (only every=INTERVAL)")
+        url, page_url, every, line_problems = _parse_seed_line(line)
+        if every is not None and min_every is not None:
             try:
-                every = parse_interval(value)
+                check_honourable(every, min_every)
             except CadenceError as exc:
-                raise CadenceError(f"line {n}: {exc}") from exc
-        try:
-            page_url = normalize_url(url)
-        except InvalidURL as exc:
-            raise CadenceError(f"line {n}: {exc}") from exc
-        if page_url in seen:
+                line_problems.append(str(exc))
+        if line_problems:
+            problems.append((n, "; ".join(line_problems)))
             continue
-        seen.add(page_url)
-        seeds.append(Seed(url=url, page_url=page_url, every=every, line=n))
-    return seeds
+        first = seeds.get(page_url)
+        if first is None:
+            seeds[page_url] = Seed(url=url, page_url=page_url, every=every, line=n)
+        elif every is not None and first.every is not None and every != first.every:
+            problems.append((n, f"{page_url} is already on line {first.line} with "
+                                f"every={format_interval(first.every)}, here every={format_interval(every)}"))
+        elif first.every is None and every is not None:
+            seeds[page_url] = Seed(url=first.url, page_url=page_url, every=every, line=first.line)
+    if problems:
+        raise SeedFileError(problems)
+    return list(seeds.values())
 
 
 def glob_to_like(pattern: str) -> str:

@@ -124,6 +124,9 @@ class CrawlbaseCrawler:
     def drain(self, timeout_s: float) -> int:
         return 0  # Crawlbase crawls on its side
 
+    def delivery_failures(self, rids: list[str]) -> dict[str, str]:
+        return {}  # and retries its deliveries there
+
     def close(self) -> None:
         pass
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from rag_pipeline.crawl.base import Crawler
 from rag_pipeline.settings import Settings
 
@@ -13,11 +15,12 @@ def crawler_kind(settings: Settings) -> str:
 
 
 def callback_url(settings: Settings) -> str:
-    """Where the local crawler delivers: CRAWLER_CALLBACK_URL, else our receiver with its token."""
+    """Where the local crawler delivers: CRAWLER_CALLBACK_URL, else our receiver with the token it reads."""
     if settings.crawler_callback_url:
         return settings.crawler_callback_url
     base = f"http://127.0.0.1:{settings.webhook_port}/webhook"
-    return f"{base}?token={settings.webhook_token}" if settings.webhook_token else base
+    token = settings.resolved_webhook_token()
+    return f"{base}?{urlencode({'token': token})}" if token else base
 
 
 def make_crawler(settings: Settings) -> Crawler:

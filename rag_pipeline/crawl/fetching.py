@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
 import time
 from dataclasses import dataclass
 
@@ -64,7 +65,8 @@ def fetch_markdown(client: httpx.Client, url: str, *, max_bytes: int = MAX_PAGE_
 
 
 class DeliveryFailed(RuntimeError):
-    pass
+    """A delivery the receiver refused, or never took after the retries: the push it belongs to
+    failed (the message is the reason recorded on it)."""
 
 
 def delivery_headers(rid: str, fetched: Fetched, extra: dict[str, str]) -> dict[str, str]:
@@ -84,13 +86,35 @@ def delivery_headers(rid: str, fetched: Fetched, extra: dict[str, str]) -> dict[
 
 def post_delivery(client: httpx.Client, callback_url: str, headers: dict[str, str], body: bytes) -> int:
     """One delivery attempt; returns the receiver's status, or 0 when it could not be reached."""
+    return send_delivery(client, callback_url, headers, body)[0]
+
+
+def send_delivery(client: httpx.Client, callback_url: str, headers: dict[str, str],
+                  body: bytes) -> tuple[int, str]:
+    """One delivery attempt: (the receiver's status, its reason), status 0 when unreachable."""
     try:
-        return client.post(callback_url, headers=headers, content=gzip.compress(body)).status_code
-    except httpx.HTTPError:
-        return 0
+        resp = client.post(callback_url, headers=headers, content=gzip.compress(body))
+    except httpx.HTTPError as exc:
+        return 0, f"{type(exc).__name__}: {exc}"
+    return resp.status_code, "" if resp.is_success else answer_reason(resp)
+
+
+def answer_reason(resp: httpx.Response) -> str:
+    """The receiver's reason on one line: its JSON `error`, else the body's text without tags."""
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("error"):
+        text = str(data["error"])
+    else:
+        text = re.sub(r"<[^>]*>", " ", resp.text)
+    return " ".join(text.split())[:200] or resp.reason_phrase
 
 
 def is_retryable(status: int) -> bool:
+    """Worth another try: unreachable (0), timeouts, rate limits and 5xx. Any other answer
+    (401 bad token, 400 bad delivery, 413 too large) is the receiver's final word."""
     return status == 0 or status in (408, 429) or status >= 500
 
 
@@ -104,13 +128,14 @@ def deliver(client: httpx.Client, callback_url: str, rid: str, fetched: Fetched,
     """Deliver with bounded retries (same rid each time); returns the attempts used."""
     headers = delivery_headers(rid, fetched, extra)
     body = fetched.markdown.encode("utf-8")
-    status = 0
+    status, reason = 0, ""
     for attempt in range(retries + 1):
-        status = post_delivery(client, callback_url, headers, body)
+        status, reason = send_delivery(client, callback_url, headers, body)
         if 200 <= status < 300:
             return attempt + 1
         if not is_retryable(status):
-            break
+            raise DeliveryFailed(f"receiver refused the delivery: {status} {reason}")
         if attempt < retries:
             time.sleep(backoff(attempt, backoff_s))
-    raise DeliveryFailed(f"receiver answered {status or 'nothing'} for rid {rid}")
+    answered = f"receiver answered {status} {reason}" if status else f"receiver unreachable: {reason}"
+    raise DeliveryFailed(f"delivery failed after {retries + 1} attempt(s): {answered}")

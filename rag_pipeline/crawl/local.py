@@ -3,7 +3,8 @@
 A push queues the URL and answers a rid at once, like Crawlbase. Worker threads fetch it with
 httpx (redirects followed, timeouts, a User-Agent, at most `per_host` requests per host at a time),
 convert HTML to markdown and deliver it to our receiver exactly as Crawlbase would. The work lives
-in this process, so whoever pushes must `drain()` before exiting (the push job and the CLI do).
+in this process, so whoever pushes must `drain()` before exiting (the push job and the CLI do), then
+collect `delivery_failures()`: a delivery the receiver refused fails its push.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import queue
 import threading
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,6 +22,10 @@ from rag_pipeline.crawl.base import CrawlerHealth, PushError, Pushed, callback_h
 from rag_pipeline.crawl.fetching import DeliveryFailed, deliver, fetch_markdown
 
 log = logging.getLogger(__name__)
+
+# Failed deliveries kept for `delivery_failures` (one crawler serves many push runs): a run that
+# stopped waiting never collects its late ones, so the oldest beyond this are forgotten.
+MAX_KEPT_FAILURES = 10_000
 
 
 class LocalCrawler:
@@ -44,7 +49,8 @@ class LocalCrawler:
         self._pending = 0
         self._idle = threading.Condition()
         self.delivered = 0
-        self.failed: list[str] = []
+        self.failed = 0
+        self._failures: OrderedDict[str, str] = OrderedDict()   # rid → why its delivery failed
         self._threads = [threading.Thread(target=self._work, name=f"local-crawler-{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
@@ -78,20 +84,32 @@ class LocalCrawler:
                 self.delivered += 1
             except DeliveryFailed as exc:
                 log.warning("local crawler: %s (%s)", exc, url)
-                self.failed.append(rid)
-            except Exception:  # a worker must survive any one page
+                self._failed(rid, str(exc))
+            except Exception as exc:  # a worker must survive any one page
                 log.exception("local crawler: unexpected error on %s", url)
-                self.failed.append(rid)
+                self._failed(rid, f"{type(exc).__name__}: {exc}")
             finally:
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
 
+    def _failed(self, rid: str, reason: str) -> None:
+        with self._idle:
+            self.failed += 1
+            self._failures[rid] = reason
+            while len(self._failures) > MAX_KEPT_FAILURES:
+                self._failures.popitem(last=False)
+
+    def delivery_failures(self, rids) -> dict[str, str]:
+        """rid → reason for the deliveries among `rids` that failed (each reported once)."""
+        with self._idle:
+            return {rid: self._failures.pop(rid) for rid in rids if rid in self._failures}
+
     def health(self) -> CrawlerHealth:
         with self._idle:
             waiting = self._pending
         return CrawlerHealth("active", waiting=waiting,
-                             detail={"delivered": self.delivered, "failed": len(self.failed)})
+                             detail={"delivered": self.delivered, "failed": self.failed})
 
     def drain(self, timeout_s: float) -> int:
         with self._idle:

@@ -66,13 +66,35 @@ def push_targets(conn: psycopg.Connection, crawler: Crawler, targets: list[sched
     bad = [by_id[o.push_id].page_url for o in outcomes if not o.rid]
     with conn.transaction():
         pushes.finish(conn, outcomes)
-        schedule.after_push(conn, ok, bad, tombstone_recheck=tombstone_recheck, retry_after=FAILED_PUSH_RETRY)
+        schedule.after_push(conn, ok, bad, tombstone_recheck=tombstone_recheck, retry_after=FAILED_PUSH_RETRY,
+                            due_at={t.page_url: t.due_at for t in targets if t.due_at is not None})
     report.pushed, report.failed = len(ok), len(bad)
     report.attempts = sum(o.attempts for o in outcomes)
     report.errors = [f"{by_id[o.push_id].crawl_url}: {o.error}" for o in outcomes if not o.rid]
     report.rids = {by_id[o.push_id].page_url: o.rid for o in outcomes if o.rid}
     report.undelivered_local = crawler.drain(drain_timeout_s)
+    fail_undelivered(conn, crawler, report, {t.page_url: t.crawl_url for t in targets})
     return report
+
+
+def fail_undelivered(conn: psycopg.Connection, crawler: Crawler, report: PushReport,
+                     crawl_urls: dict[str, str]) -> None:
+    """A push the crawler took but whose delivery it gave up on (the local crawler: refused by
+    the receiver, or never reached it) failed after all: recorded `failed` with the reason, and
+    its page due again like any failed push, instead of `pushed` with a delivery that never comes."""
+    failures = crawler.delivery_failures(list(report.rids.values()))
+    if not failures:
+        return
+    with conn.transaction():
+        failed = pushes.fail_delivery(conn, failures)
+        pages = {rid: page for page, rid in report.rids.items() if rid in failed}
+        schedule.after_push(conn, [], list(pages.values()), tombstone_recheck=timedelta(0),  # none pushed
+                            retry_after=FAILED_PUSH_RETRY)
+    for rid, page in pages.items():
+        del report.rids[page]
+        report.errors.append(f"{crawl_urls[page]}: {failures[rid]}")
+    report.pushed -= len(pages)
+    report.failed += len(pages)
 
 
 def register_seeds(conn: psycopg.Connection, seeds, rules) -> tuple[list[schedule.Target], list[str]]:

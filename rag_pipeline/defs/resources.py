@@ -11,6 +11,7 @@ import psycopg
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline.store import db
+from rag_pipeline.store.spaces import Space
 
 _prepared: set[str] = set()
 _prepared_lock = threading.Lock()
@@ -38,7 +39,12 @@ class PostgresResource(dg.ConfigurableResource):
 
 
 class EmbedderResource(dg.ConfigurableResource):
-    """The embedding model. Unset fields fall back to the environment (see README)."""
+    """The embedding model. Unset fields fall back to the environment (see README).
+
+    The configured model makes the first space of an empty index (and is what `space build` /
+    `space activate` switch to); once a space is active, pages are embedded with its model
+    (`for_space`), whatever provider or key is configured.
+    """
 
     provider: str | None = None
     model: str | None = None
@@ -65,6 +71,32 @@ class EmbedderResource(dg.ConfigurableResource):
             if key not in _embedders:
                 _embedders[key] = make_embedder(settings)
             return _embedders[key]
+
+    def for_space(self, active: Space | None) -> Embedder:
+        """The embedder of the active space (the configured one while the index has none)."""
+        from rag_pipeline.embedders.factory import make_indexing_embedder
+
+        if active is None:
+            return self.get()
+        settings = self.settings()
+        key = ("space", active.model, active.dimensions, settings.openai_base_url, settings.openai_api_key,
+               settings.embedding_timeout_s, settings.embedding_max_retries)
+        with _embedders_lock:
+            if key not in _embedders:
+                _embedders[key] = make_indexing_embedder(settings, active)
+            return _embedders[key]
+
+    def chunk_budget(self, active: Space | None) -> tuple[int, int]:
+        """(max, overlap) tokens of a chunk, sized to the model pages are embedded with."""
+        from rag_pipeline.embedders.factory import indexing_chunk_budget
+
+        return indexing_chunk_budget(self.settings(), active)
+
+    def note(self, active: Space | None) -> str | None:
+        """A line for the run when the configured model is not the active space's (not an error)."""
+        from rag_pipeline.embedders.factory import configured_differs
+
+        return configured_differs(self.settings(), active)
 
 
 @dg.definitions

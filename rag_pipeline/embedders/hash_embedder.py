@@ -23,6 +23,8 @@ _STOPWORDS = frozenset(
     "a an and are as at be by do does for from how in is it its of on or that the this to "
     "was were what when where which who why with".split()
 )
+#: Every hash space is named this plus its size, so a space's name says how to rebuild its embedder.
+MODEL_PREFIX = "hash-v1-"
 # Gives the empty text (no words) a fixed unit vector instead of an un-normalisable zero.
 _EMPTY_FEATURE = "\x00empty"
 
@@ -41,7 +43,7 @@ class HashEmbedder:
         if dimensions < 2:
             raise ValueError(f"HashEmbedder needs at least 2 dimensions, got {dimensions}")
         self.dimensions: int = dimensions
-        self.model: str = f"hash-v1-{dimensions}"
+        self.model: str = f"{MODEL_PREFIX}{dimensions}"
 
     def vector(self, text: str) -> list[float]:
         """The unit vector of one text (shared by the loopback OpenAI fake)."""

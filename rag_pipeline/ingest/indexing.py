@@ -7,13 +7,14 @@ the switch at the end of `embed_and_switch` is the only moment search sees anyth
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
 from rag_pipeline.core.bodies import decode_stored
 from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
-from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
+from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown, storable
 from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
 from rag_pipeline.embedders.base import Embedder, EmbeddingError, PoisonedInputError
@@ -107,16 +108,45 @@ class SwitchResult:
     space_id: int | None = None
 
 
-def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder,
+#: The embedder of a space: given the active space (None for an empty index), the embedder whose
+#: vectors live there (or, for None, the configured one, which makes the first space).
+EmbedderFor = Callable[[spaces.Space | None], Embedder]
+
+# `space activate` landing between a page's embedding and its switch costs one more pass; more in a
+# row means someone is flipping models back and forth, and the run fails (to be retried) instead.
+_MAX_PASSES = 3
+
+
+def _as_chooser(embedder: Embedder | EmbedderFor) -> EmbedderFor:
+    if hasattr(embedder, "embed"):
+        fixed: Embedder = embedder  # type: ignore[assignment]
+        return lambda _active: fixed
+    return embedder  # type: ignore[return-value]
+
+
+def _space_for(conn: psycopg.Connection, embedder_for: EmbedderFor,
+               active: spaces.Space | None) -> tuple[spaces.Space, Embedder]:
+    embedder = embedder_for(active)
+    # Creates the first space of an empty index; refuses an embedder that is not the active model.
+    return spaces.ensure_active(conn, embedder.model, embedder.dimensions), embedder
+
+
+def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder | EmbedderFor,
                      run_id: str | None = None) -> SwitchResult:
-    """Embed only texts the active space has never seen, then swap the page in one transaction."""
+    """Embed only texts the active space has never seen, then swap the page in one transaction.
+
+    ``embedder`` is either a function of the active space giving that space's embedder (how page
+    runs follow the active space, and follow `space activate` even when it lands mid-run), or one
+    fixed embedder, which must be the active space's model (SpaceMismatch otherwise).
+    """
+    embedder_for = _as_chooser(embedder)
     pid = page_id(page_url)
     page = pages.get(conn, page_url)
     if page is None:
         raise PageNotFound(f"no page row for {page_url}")
     if page.source_hash is None:
         return SwitchResult("tombstoned" if page.deleted_at else "nothing staged")
-    space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
+    space, embedder = _space_for(conn, embedder_for, spaces.active(conn))
     staged = chunk_store.staged(conn, pid, page.source_hash)
     if not staged:
         if page.indexed_hash == page.source_hash:
@@ -128,63 +158,103 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
                 "materialize `chunks` for this partition before `embeddings`"
             )
 
-    # Vectors are content-addressed, so caching them before the switch is safe on any outcome.
     unique: dict[bytes, chunk_store.StagedChunk] = {c.embed_hash: c for c in staged}
+    # What was paid for, over every pass (a pass for a space flipped away from stays cached there).
+    chunks_embedded = tokens_embedded = requests = truncated = 0
+    for _ in range(_MAX_PASSES):
+        missing, spent = _embed_missing(conn, page, unique, space, embedder)
+        chunks_embedded += len(missing)
+        tokens_embedded, requests, truncated = (
+            tokens_embedded + spent.tokens, requests + spent.requests, truncated + spent.truncated)
+        with conn.transaction():
+            # Before reading the active space: a flip either waits for this switch (and catches up
+            # on its texts) or has committed, and then this pass's vectors are for a retired space.
+            chunk_store.hold_off_space_flip(conn)
+            locked = pages.get(conn, page_url, for_update=True)
+            # A newer delivery (content or tombstone) got in while we embedded: its own run applies it.
+            if locked is None or locked.source_hash != page.source_hash:
+                return SwitchResult("superseded", source_hash=page.source_hash, space_id=space.space_id)
+            now_active = spaces.active(conn)
+            if now_active is not None and now_active.space_id == space.space_id:
+                missing_hashes = {c.embed_hash for c in missing}
+                tokens_reused = sum(c.token_count for c in staged if c.embed_hash not in missing_hashes)
+                return _switch(conn, page_url, page, locked, staged, space, run_id, chunks_embedded,
+                               tokens_embedded, tokens_reused, requests, truncated)
+        log.info("%s: the active embedding space changed during the run (now %s); embedding for it",
+                 page_url, f"{now_active.model}, {now_active.dimensions} dims" if now_active else "none")
+        space, embedder = _space_for(conn, embedder_for, now_active)
+    raise RuntimeError(
+        f"the active embedding space of {page_url} changed {_MAX_PASSES} times during one run; "
+        "nothing was switched, and a later run will index the page"
+    )
+
+
+@dataclass(frozen=True)
+class _Spent:
+    tokens: int = 0
+    requests: int = 0
+    truncated: int = 0
+
+
+def _embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[bytes, chunk_store.StagedChunk],
+                   space: spaces.Space, embedder: Embedder) -> tuple[list[chunk_store.StagedChunk], _Spent]:
+    """Embed and cache the texts ``space`` has no vector for yet; returns them and their cost."""
+    # Vectors are content-addressed, so caching them before the switch is safe on any outcome.
     cached = chunk_store.cached_hashes(conn, space, list(unique))
     missing = [c for h, c in unique.items() if h not in cached]
-    tokens_embedded = requests = truncated = 0
-    if missing:
-        try:
-            result = embedder.embed([c.embed_text for c in missing])
-        except PoisonedInputError as exc:
-            # Keep what was paid for; the page itself stays on its old version.
-            good = exc.good_vectors()
-            with conn.transaction():
-                chunk_store.cache_vectors(
-                    conn, space, [(missing[i].embed_hash, v, missing[i].token_count) for i, v in good.items()]
-                )
-            _record_failure(conn, page, f"embedding refused chunk(s) {exc.indices}: {exc.reason}")
-            raise
-        except EmbeddingError as exc:
-            _record_failure(conn, page, f"embedding failed: {exc}")
-            raise
-        tokens_embedded, requests, truncated = result.tokens, result.requests, result.truncated
+    if not missing:
+        return missing, _Spent()
+    try:
+        result = embedder.embed([c.embed_text for c in missing])
+    except PoisonedInputError as exc:
+        # Keep what was paid for; the page itself stays on its old version.
+        good = exc.good_vectors()
         with conn.transaction():
             chunk_store.cache_vectors(
-                conn, space,
-                [(c.embed_hash, v, c.token_count) for c, v in zip(missing, result.vectors, strict=True)],
+                conn, space, [(missing[i].embed_hash, v, missing[i].token_count) for i, v in good.items()]
             )
-    missing_hashes = {c.embed_hash for c in missing}
-    tokens_reused = sum(c.token_count for c in staged if c.embed_hash not in missing_hashes)
-
+        _record_failure(conn, page, f"embedding refused chunk(s) {exc.indices}: {exc.reason}")
+        raise
+    except EmbeddingError as exc:
+        _record_failure(conn, page, f"embedding failed: {exc}")
+        raise
     with conn.transaction():
-        locked = pages.get(conn, page_url, for_update=True)
-        # A newer delivery (content or tombstone) got in while we embedded: its own run applies it.
-        if locked is None or locked.source_hash != page.source_hash:
-            return SwitchResult("superseded", source_hash=page.source_hash, space_id=space.space_id)
-        live = chunk_store.swap_in(conn, pid, page.source_hash, space)
-        changed = locked.indexed_hash != locked.source_hash
-        # A new crawl verifies the page; a re-chunk of the stored text does not.
-        crawled = (locked.source_delivery_id or 0) > (locked.applied_delivery_id or 0)
-        signature = staged[0].chunker_version if staged else locked.chunker_version
-        conn.execute(
-            "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s, deleted_at = NULL,"
-            " last_verified_at = CASE WHEN %s THEN now() ELSE last_verified_at END,"
-            " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
-            " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
-            " WHERE page_id = %s",
-            (signature, crawled or changed, changed, pid),
+        chunk_store.cache_vectors(
+            conn, space,
+            [(c.embed_hash, v, c.token_count) for c, v in zip(missing, result.vectors, strict=True)],
         )
-        if crawled and locked.source_delivery_id is not None:
-            deliveries.mark(conn, locked.source_delivery_id, "embedded", page_url=page_url)
-            deliveries.supersede_older(conn, page_url, locked.source_delivery_id)
-        chunk_store.record_ledger(
-            conn, run_id=run_id, page_url=page_url, space=space, chunks_total=live,
-            chunks_embedded=len(missing), tokens_embedded=tokens_embedded,
-            tokens_reused=tokens_reused, requests=requests,
-        )
+    return missing, _Spent(result.tokens, result.requests, result.truncated)
+
+
+def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: pages.Page,
+            staged: list[chunk_store.StagedChunk], space: spaces.Space, run_id: str | None,
+            chunks_embedded: int, tokens_embedded: int, tokens_reused: int, requests: int,
+            truncated: int) -> SwitchResult:
+    """The page's one switch (caller holds its row lock, in the transaction that commits it)."""
+    pid = page_id(page_url)
+    live = chunk_store.swap_in(conn, pid, page.source_hash, space)
+    changed = locked.indexed_hash != locked.source_hash
+    # A new crawl verifies the page; a re-chunk of the stored text does not.
+    crawled = (locked.source_delivery_id or 0) > (locked.applied_delivery_id or 0)
+    signature = staged[0].chunker_version if staged else locked.chunker_version
+    conn.execute(
+        "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s, deleted_at = NULL,"
+        " last_verified_at = CASE WHEN %s THEN now() ELSE last_verified_at END,"
+        " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
+        " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
+        " WHERE page_id = %s",
+        (signature, crawled or changed, changed, pid),
+    )
+    if crawled and locked.source_delivery_id is not None:
+        deliveries.mark(conn, locked.source_delivery_id, "embedded", page_url=page_url)
+        deliveries.supersede_older(conn, page_url, locked.source_delivery_id)
+    chunk_store.record_ledger(
+        conn, run_id=run_id, page_url=page_url, space=space, chunks_total=live,
+        chunks_embedded=chunks_embedded, tokens_embedded=tokens_embedded,
+        tokens_reused=tokens_reused, requests=requests,
+    )
     return SwitchResult(
-        "switched", chunks_total=live, chunks_embedded=len(missing), tokens_embedded=tokens_embedded,
+        "switched", chunks_total=live, chunks_embedded=chunks_embedded, tokens_embedded=tokens_embedded,
         tokens_reused=tokens_reused, requests=requests, truncated=truncated, source_hash=page.source_hash,
         space_id=space.space_id,
     )
@@ -197,5 +267,5 @@ def _record_failure(conn: psycopg.Connection, page: pages.Page, error: str) -> N
     with conn.transaction():
         conn.execute(
             "UPDATE deliveries SET outcome = 'failed', error = %s WHERE id = %s AND outcome = 'queued'",
-            (error[:2000], page.source_delivery_id),
+            (storable(error)[:2000], page.source_delivery_id),
         )

@@ -61,10 +61,24 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                     # A stored body the receiver accepted should decode; if not, say so and move on.
                     outcome = "failed"
                     deliveries.mark(conn, delivery.id, "failed", error=str(exc))
+                except psycopg.DataError as exc:
+                    # Data PostgreSQL refuses (SQLSTATE class 22, or a NUL psycopg will not send):
+                    # its savepoint is rolled back, and routing it again would fail the same way.
+                    # Failed with no retry scheduled; the other deliveries of the tick go on.
+                    outcome = "failed"
+                    deliveries.mark(conn, delivery.id, "failed", error=data_error_reason(exc))
+                    log.warning("delivery %s not routed: %s", delivery.id, exc)
                 result.outcomes[outcome] += 1
         if len(claimed) < chunk:
             break
     return result
+
+
+def data_error_reason(exc: psycopg.DataError) -> str:
+    """Why PostgreSQL refused a delivery's data, for its `error` column."""
+    code = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
+    return (f"the delivery's data cannot be stored: {str(exc).strip()}{code}; "
+            "not retried: a retry would fail the same way")
 
 
 def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> str:

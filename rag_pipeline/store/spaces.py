@@ -69,6 +69,13 @@ def ensure_active(conn: psycopg.Connection, model: str, dimensions: int) -> Spac
     return current
 
 
+def by_id(conn: psycopg.Connection, space_id: int) -> Space | None:
+    row = conn.execute(
+        "SELECT space_id, model, dimensions, status FROM embedding_spaces WHERE space_id = %s", (space_id,)
+    ).fetchone()
+    return Space(*row) if row else None
+
+
 def find(conn: psycopg.Connection, model: str, dimensions: int) -> Space | None:
     row = conn.execute(
         "SELECT space_id, model, dimensions, status FROM embedding_spaces WHERE model = %s AND dimensions = %s",

@@ -53,6 +53,35 @@ def test_content_hash_is_sha256_of_utf8() -> None:
     assert content_hash(normalize_markdown("e\u0301")) == content_hash(normalize_markdown("\u00e9"))
 
 
+# PostgreSQL text holds any character but U+0000; a str may also carry lone surrogates
+# (a JSON escape such as "\ud800"), which have no UTF-8 form at all.
+UNSTORABLE_TEXT = st.text(
+    alphabet=st.one_of(st.characters(), st.sampled_from(["\x00", "\ud800", "\udfff", "\r", "\n", " "])),
+    max_size=40,
+)
+
+
+def test_nul_characters_are_removed() -> None:
+    assert normalize_markdown("# Ti\x00tle\n\x00\n\nBody\x00\x00") == "# Title\n\nBody"
+    assert normalize_markdown("a\r\x00\nb") == "a\nb"          # removed before line endings are read
+    assert content_hash(normalize_markdown("a\x00b")) == content_hash(normalize_markdown("ab"))
+
+
+def test_lone_surrogates_become_the_replacement_character() -> None:
+    text = normalize_markdown("caf\ud800 \udfffend")
+    assert text == "caf\ufffd \ufffdend"
+    assert content_hash(text) == hashlib.sha256("caf\ufffd \ufffdend".encode()).hexdigest()
+
+
+@PROPERTY_SETTINGS
+@given(text=UNSTORABLE_TEXT)
+def test_normalized_text_is_always_storable_and_a_fixed_point(text: str) -> None:
+    once = normalize_markdown(text)
+    assert "\x00" not in once
+    once.encode("utf-8")                       # no lone surrogate left: raises otherwise
+    assert normalize_markdown(once) == once
+
+
 NOISY_TEXT = st.lists(
     st.one_of(
         st.text(max_size=20),

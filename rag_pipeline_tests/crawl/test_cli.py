@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from rag_pipeline.cli import main as cli
 from rag_pipeline.crawl.site import LoopbackSite
 from rag_pipeline.settings import get_settings
+from rag_pipeline.store import schedule
 
 SAMPLE_SITE = Path(__file__).resolve().parents[2] / "samples" / "site"
 
@@ -46,3 +48,88 @@ def test_seed_the_sample_site_with_the_local_crawler(gate, conn, database_url, m
     assert "every 6h (manual)" in CliRunner().invoke(cli, ["cadence", "show", site.url("/pricing")]).output
     bad = CliRunner().invoke(cli, ["cadence", "set", site.url("/pricing"), "often"])
     assert bad.exit_code == 2 and "cannot read interval" in bad.output
+
+
+PRICING = "https://shop.example.com/pricing"
+
+
+def cadence(*args: str):
+    get_settings.cache_clear()
+    return CliRunner().invoke(cli, ["cadence", *args])
+
+
+def page_row(conn, url):
+    return conn.execute("SELECT recrawl_every, cadence_source, next_crawl_at <= now(), alias_of FROM pages"
+                        " WHERE url = %s", (url,)).fetchone()
+
+
+def test_cadence_set_refuses_a_cadence_the_sensor_cannot_honour(database_url, conn, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    schedule.register(conn, PRICING, PRICING, timedelta(hours=1), explicit=True)
+    result = cadence("set", PRICING, "1s")
+    assert result.exit_code == 1
+    assert result.output == ("Error: every 1s is shorter than the recrawl sensor's interval (1m): "
+                             "it cannot be honoured; use 1m or more (or lower RECRAWL_INTERVAL_S)\n")
+    assert page_row(conn, PRICING)[:2] == (timedelta(hours=1), "seed")
+    # The floor is the configured sensor interval, not a constant.
+    monkeypatch.setenv("RECRAWL_INTERVAL_S", "20")
+    result = cadence("set", PRICING, "30s")
+    assert result.exit_code == 0, result.output
+    assert page_row(conn, PRICING)[:2] == (timedelta(seconds=30), "manual")
+    # What cannot be read at all stays a usage error (exit 2).
+    for args, message in ((["set", PRICING, "often"], "cannot read interval 'often'"),
+                          (["set", "ftp://shop.example.com/x", "6h"], "only http and https"),
+                          (["show", "not a url"], "only http and https")):
+        result = cadence(*args)
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_cadence_set_refuses_an_unknown_url_unless_told_to_register_it(database_url, conn, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    result = cadence("set", "https://new.example.com/page/", "6h")
+    assert result.exit_code == 1
+    assert result.output == ("Error: https://new.example.com/page is not registered: check the URL, "
+                             "or add it with --register\n")
+    assert conn.execute("SELECT count(*) FROM pages").fetchone()[0] == 0
+    result = cadence("set", "https://new.example.com/page/", "6h", "--register")
+    assert result.exit_code == 0, result.output
+    assert "https://new.example.com/page: every 6h (registered" in result.output
+    # Added on purpose: never crawled, so due at the next recrawl tick rather than in 6 h.
+    assert page_row(conn, "https://new.example.com/page") == (timedelta(hours=6), "manual", True, None)
+    crawl_url, = conn.execute("SELECT crawl_url FROM pages").fetchone()
+    assert crawl_url == "https://new.example.com/page/"
+
+
+def test_cadence_set_refuses_an_alias_and_names_its_target(database_url, conn, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    old, new = "https://docs.example.com/old-guide", "https://docs.example.com/guide"
+    schedule.register(conn, old, old, timedelta(days=7), explicit=True)
+    conn.execute("UPDATE pages SET alias_of = %s, next_crawl_at = NULL WHERE url = %s", (new, old))
+    result = cadence("set", old, "6h")
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {old} redirects to {new} and is not recrawled: "
+                             f"set the cadence there (rag-pipeline cadence set {new} 6h)\n")
+    assert page_row(conn, old) == (timedelta(days=7), "seed", None, new)   # untouched
+    result = cadence("set", old, "6h", "--register")
+    assert result.exit_code == 1 and f"redirects to {new}" in result.output
+
+
+def test_cadence_show_prints_readable_times(database_url, conn, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    schedule.register(conn, PRICING, PRICING, timedelta(hours=1), explicit=True)
+    result = cadence("show", PRICING)
+    assert result.exit_code == 0, result.output
+    assert "None" not in result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"{PRICING}: every 1h (seed)"
+    assert re.fullmatch(r"  last crawled never, next crawl \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((now|\d+s ago)\)",
+                        lines[1]), lines[1]
+    conn.execute("UPDATE pages SET last_crawled_at = now() - interval '2 hours',"
+                 " next_crawl_at = now() + interval '30 minutes'")
+    lines = cadence("show", PRICING).output.splitlines()
+    assert re.fullmatch(r"  last crawled \S+ \S+ UTC \(2h 0m ago\), next crawl \S+ \S+ UTC \(in (29|30)m\)",
+                        lines[1]), lines[1]
+    conn.execute("UPDATE pages SET alias_of = 'https://shop.example.com/prices', next_crawl_at = NULL")
+    lines = cadence("show", PRICING).output.splitlines()
+    assert lines[1].endswith("next crawl not scheduled") and "None" not in lines[1]
+    assert lines[2] == "  redirects to https://shop.example.com/prices: not recrawled"

@@ -60,7 +60,9 @@ def pushes_by_page(conn) -> dict[str, int]:
     return dict(conn.execute("SELECT url, count(*) FROM pushes GROUP BY url").fetchall())
 
 
-def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, crawl_env, instance, tmp_path):
+def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, crawl_env, instance, tmp_path,
+                                                            monkeypatch):
+    monkeypatch.setenv("RECRAWL_INTERVAL_S", "1")  # so that a 1 s cadence can be honoured
     fast, hourly, daily = site.url("/fast"), site.url("/hourly"), site.url("/daily")
     site.set_page("/fast", html("Prices", "The widget costs four dollars."))
     site.set_page("/hourly", html("Hourly", "An hourly page about otters."))

@@ -49,3 +49,81 @@ def test_cadence_set_and_leases(database_url):
                             retry_after=timedelta(minutes=5))
         left, = conn.execute("SELECT next_crawl_at - now() FROM pages").fetchone()
         assert left <= timedelta(minutes=5)
+
+
+def next_in(conn, url=PRICING) -> timedelta:
+    return conn.execute("SELECT next_crawl_at - now() FROM pages WHERE url = %s", (url,)).fetchone()[0]
+
+
+def test_the_next_crawl_is_one_interval_after_the_page_was_due_not_after_its_push(database_url):
+    """The sensor ticks once a minute and a push run takes a while to start: counted from the
+    push, a 2 min cadence became 3 min (the tick that comes 2 min later finds it not yet due)."""
+    kw = dict(tombstone_recheck=timedelta(days=30), retry_after=timedelta(minutes=5))
+    with db.connection(database_url) as conn:
+        conn.autocommit = True
+        schedule.register(conn, PRICING, PRICING, timedelta(minutes=2), explicit=True)
+        conn.execute("UPDATE pages SET next_crawl_at = now() - interval '20 seconds'")
+        target, = schedule.claim_due(conn, 10, timedelta(minutes=10))
+        due_at = target.due_at
+        assert due_at is not None
+        schedule.after_push(conn, [PRICING], [], due_at={PRICING: due_at}, **kw)
+        assert conn.execute("SELECT next_crawl_at FROM pages").fetchone()[0] == due_at + timedelta(minutes=2)
+        assert timedelta(seconds=95) < next_in(conn) <= timedelta(seconds=100)
+        # Pushed after its next slot had already passed (a backlog, a crawler outage): one interval
+        # from the push, never in the past, so a late page is not pushed twice in a row.
+        conn.execute("UPDATE pages SET next_crawl_at = now() - interval '5 minutes'")
+        target, = schedule.claim_due(conn, 10, timedelta(minutes=10))
+        schedule.after_push(conn, [PRICING], [], due_at={PRICING: target.due_at}, **kw)
+        assert timedelta(seconds=115) < next_in(conn) <= timedelta(minutes=2)
+        # A push nobody scheduled (seed, recrawl now) counts from the push.
+        schedule.after_push(conn, [PRICING], [], **kw)
+        assert timedelta(seconds=115) < next_in(conn) <= timedelta(minutes=2)
+        # A tombstone still waits its slow re-check, whenever it was due.
+        conn.execute("UPDATE pages SET deleted_at = now(), next_crawl_at = now() - interval '1 second'")
+        schedule.after_push(conn, [PRICING], [], due_at={PRICING: due_at}, **kw)
+        assert next_in(conn) > timedelta(days=29)
+
+
+def test_recrawl_sensor_hands_each_due_time_to_its_push_run(gate, database_url, monkeypatch):
+    import dagster as dg
+
+    from rag_pipeline.crawl.site import LoopbackSite
+    from rag_pipeline.defs.crawl.resources import CrawlerResource
+    from rag_pipeline.defs.resources import PostgresResource
+    from rag_pipeline.settings import get_settings
+    from rag_pipeline_tests.harness import load_defs
+
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("CRAWLER", "local")
+    monkeypatch.setenv("CRAWLER_CALLBACK_URL", gate.webhook_url)
+    get_settings.cache_clear()
+    resources = {"postgres": PostgresResource(), "crawler": CrawlerResource()}
+    with LoopbackSite() as site, dg.instance_for_test() as instance, db.connection(database_url) as conn:
+        conn.autocommit = True
+        site.set_page("/pricing", "<html><body><p>Four dollars.</p></body></html>")
+        url = site.url("/pricing")
+        page_url = url.replace("http://", "https://")
+        schedule.register(conn, url, page_url, timedelta(minutes=2), explicit=True)
+        conn.execute("UPDATE pages SET next_crawl_at = date_trunc('second', now()) - interval '20 seconds'")
+        due_at, = conn.execute("SELECT next_crawl_at FROM pages").fetchone()
+        defs = load_defs()
+        sensor = defs.resolve_sensor_def("recrawl_sensor")
+        result = sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        request, = result.run_requests
+        outcome = defs.resolve_job_def("push").execute_in_process(
+            run_config=request.run_config, instance=instance, resources=resources)
+        assert outcome.success
+        assert conn.execute("SELECT result FROM pushes").fetchone()[0] == "pushed"
+        assert conn.execute("SELECT next_crawl_at FROM pages").fetchone()[0] == due_at + timedelta(minutes=2)
+
+
+def test_a_new_cadence_does_not_delay_a_page_that_was_never_crawled(database_url):
+    with db.connection(database_url) as conn:
+        conn.autocommit = True
+        schedule.register(conn, PRICING, PRICING, timedelta(hours=1), explicit=True)   # seeded: due now
+        schedule.set_cadence(conn, PRICING, PRICING, timedelta(hours=6))
+        assert next_in(conn) <= timedelta(0)
+        # Claimed (a push in flight): the lease stands, the page is not pushed twice.
+        schedule.claim_due(conn, 10, timedelta(minutes=10))
+        schedule.set_cadence(conn, PRICING, PRICING, timedelta(hours=6))
+        assert timedelta(minutes=9) < next_in(conn) <= timedelta(minutes=10)

@@ -90,3 +90,139 @@ def test_build_refuses_chunks_without_stored_text(db_conn):
     db_conn.execute("UPDATE chunks SET embed_text = NULL")
     with pytest.raises(model_switch.ModelSwitchError, match="re-chunk backfill"):
         model_switch.build(db_conn, HashEmbedder(dimensions=32))
+
+
+# -- a page whose run straddles `space activate` ------------------------------------------------
+
+
+def _changed_during_a_build(db_conn, url: str, old) -> HashEmbedder:
+    """`url` indexed with `old`, a new space built, then a change staged: what a run has to switch."""
+    from rag_pipeline.ingest import indexing
+
+    put(db_conn, url, doc(2, tag=" before"))
+    route_batch(db_conn, 100, MAX)
+    index(db_conn, url, old)
+    new = HashEmbedder(dimensions=32)
+    model_switch.build(db_conn, new)
+    put(db_conn, url, doc(2, tag=" after"))
+    route_batch(db_conn, 100, MAX)
+    indexing.take_newest_delivery(db_conn, url, MAX)
+    indexing.stage_chunks(db_conn, url, 512, 64)
+    return new
+
+
+def _straddling_page(db_conn, database_url):
+    """A page indexed in hash-v1-64, a hash-v1-32 space built, then the page changed and staged.
+
+    Returns the URL and an old-model embedder that runs `space activate` (another connection)
+    while the run embeds the changed text, the moment a flip can land between embed and switch."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from rag_pipeline.ingest import indexing
+
+    url = "https://example.com/straddle"
+    new = _changed_during_a_build(db_conn, url, CountingEmbedder())
+
+    class FlipWhileEmbedding(CountingEmbedder):
+        def embed(self, texts):
+            result = super().embed(texts)
+            with psycopg.connect(database_url, autocommit=True) as other:
+                register_vector(other)
+                model_switch.activate(other, new)
+            return result
+
+    return url, new, FlipWhileEmbedding()
+
+
+def _live_spaces(db_conn, url) -> set[int]:
+    rows = db_conn.execute(
+        "SELECT DISTINCT c.space_id FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s", (url,)
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_a_run_pinned_to_the_old_model_never_switches_into_a_retired_space(db_conn, database_url):
+    from rag_pipeline.ingest import indexing
+    from rag_pipeline.store.spaces import SpaceMismatch
+
+    url, new, old = _straddling_page(db_conn, database_url)
+    before = db_conn.execute("SELECT indexed_hash FROM pages WHERE url = %s", (url,)).fetchone()[0]
+    with pytest.raises(SpaceMismatch, match="hash-v1-32"):
+        indexing.embed_and_switch(db_conn, url, old)
+    active = spaces.active(db_conn)
+    assert active.model == "hash-v1-32"
+    # The old version stays searchable, in the space search reads; the page is still due.
+    assert _live_spaces(db_conn, url) == {active.space_id}
+    assert db_conn.execute("SELECT indexed_hash FROM pages WHERE url = %s", (url,)).fetchone()[0] == before
+
+
+def test_a_run_following_the_active_space_switches_into_the_space_activated_meanwhile(db_conn, database_url):
+    from rag_pipeline.ingest import indexing
+
+    url, new, old = _straddling_page(db_conn, database_url)
+    chosen: list[str | None] = []
+
+    def embedder_for(space):
+        chosen.append(space.model if space else None)
+        return old if space is None or space.model == old.model else new
+
+    result = indexing.embed_and_switch(db_conn, url, embedder_for)
+    active = spaces.active(db_conn)
+    assert chosen == ["hash-v1-64", "hash-v1-32"]   # embedded again, once, for the space now active
+    assert result.status == "switched" and result.space_id == active.space_id
+    assert _live_spaces(db_conn, url) == {active.space_id}
+    page = db_conn.execute("SELECT indexed_hash = source_hash FROM pages WHERE url = %s", (url,)).fetchone()[0]
+    assert page is True
+    hits = search.nearest(db_conn, active, new.embed(["topic1 details after"]).vectors[0], k=1)
+    assert hits[0].url == url and "after" in hits[0].content
+
+
+def test_a_flip_started_during_a_switch_waits_for_it_and_catches_up_on_its_texts(db_conn, database_url,
+                                                                                monkeypatch):
+    import threading
+
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from rag_pipeline.ingest import indexing
+
+    url = "https://example.com/during"
+    old = CountingEmbedder()
+    new = _changed_during_a_build(db_conn, url, old)
+
+    flip = threading.Thread(target=lambda: _activate(database_url, new))
+    reads = []
+    real_active = spaces.active
+
+    def active_then_flip(conn):
+        found = real_active(conn)
+        in_transaction = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        reads.append((found.model, in_transaction))
+        if in_transaction and not flip.is_alive():   # the switch's read of the active space
+            flip.start()
+            flip.join(1.0)    # the flip waits for this switch (or, unprotected, lands right here)
+        return found
+
+    monkeypatch.setattr(spaces, "active", active_then_flip)
+    result = indexing.embed_and_switch(db_conn, url, old)
+    flip.join(30)
+    monkeypatch.setattr(spaces, "active", real_active)
+    assert not flip.is_alive()
+    assert result.status == "switched"
+    assert [model for model, _ in reads] == ["hash-v1-64"] * len(reads) and reads[-1][1]
+    active = spaces.active(db_conn)
+    assert active.model == "hash-v1-32"
+    # The flip caught up on the texts this switch brought in: the page is searchable in the new space.
+    assert _live_spaces(db_conn, url) == {active.space_id}
+    hits = search.nearest(db_conn, active, new.embed(["topic1 details after"]).vectors[0], k=1)
+    assert hits[0].url == url and "after" in hits[0].content
+
+
+def _activate(database_url, embedder):
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(database_url, autocommit=True) as other:
+        register_vector(other)
+        model_switch.activate(other, embedder)

@@ -104,6 +104,14 @@ def test_json_format(client, conn):
     assert page_text(row) == MARKDOWN
 
 
+def test_json_lone_surrogates_are_stored_as_the_replacement_character(client, conn):
+    # "\ud800" is a legal JSON escape with no UTF-8 form: stored as U+FFFD, never as a plain "?".
+    body = json_body(pc_status=200, original_status=200, rid="sur", url="https://example.com/s",
+                     body="# Caf\ud800\n\nWhat? A lone \udfff surrogate.\n")
+    assert send(client, body, **{"Content-Type": "gzip/json"}).status_code == 200
+    assert page_text(stored(conn, "sur")) == "# Caf\ufffd\n\nWhat? A lone \ufffd surrogate.\n"
+
+
 def test_json_format_with_string_statuses_and_header_fallbacks(client, conn):
     body = json_body(pc_status="200", original_status="404", body="")
     resp = send(client, body, rid="js2", url="https://example.com/gone",

@@ -3,6 +3,8 @@
 The ops output Nothing: their results live in the pushes table and the run's metadata, and no
 IO manager is involved."""
 
+from datetime import datetime, timedelta
+
 import dagster as dg
 
 from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
@@ -20,6 +22,7 @@ CRAWLER_PUSH_POOL = "crawler_push"
 class PushConfig(dg.Config):
     urls: list[str]                     # normalized page URLs
     reason: str = "schedule"
+    due_at: list[str] = []              # recrawl_sensor: when each URL was due (ISO 8601), in `urls` order
 
 
 class SeedConfig(dg.Config):
@@ -55,7 +58,8 @@ def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: Pos
             "SELECT url, coalesce(crawl_url, url) FROM pages WHERE url = ANY(%s) AND alias_of IS NULL"
             " ORDER BY url", (config.urls,),
         ).fetchall()
-    report = _push(context, postgres, crawler, [schedule.Target(*r) for r in rows], config.reason)
+    due = {url: datetime.fromisoformat(at) for url, at in zip(config.urls, config.due_at)}
+    report = _push(context, postgres, crawler, [schedule.Target(*r, due.get(r[0])) for r in rows], config.reason)
     return dg.Output(None, metadata=report.as_metadata())
 
 
@@ -67,8 +71,9 @@ def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: Pos
     if config.file:
         with open(config.file, encoding="utf-8") as fh:
             lines += fh.read().splitlines()
-    seeds = parse_seeds("\n".join(lines))
-    rules = load_rules(crawler.settings().cadence_file)
+    settings = crawler.settings()
+    seeds = parse_seeds("\n".join(lines), timedelta(seconds=settings.recrawl_interval_s))
+    rules = load_rules(settings.cadence_file)
     with postgres.connect() as conn:
         targets, aliases = register_seeds(conn, seeds, rules)
     report = _push(context, postgres, crawler, targets, "seed")
@@ -104,6 +109,9 @@ def recrawl_now_job():
     push_matching()
 
 
-def push_run_config(urls: list[str], reason: str) -> dict:
-    return {"ops": {"push_pages": {"config": {"urls": urls, "reason": reason}}}}
+def push_run_config(urls: list[str], reason: str, due_at: list[datetime] | None = None) -> dict:
+    config = {"urls": urls, "reason": reason}
+    if due_at is not None:
+        config["due_at"] = [at.isoformat() for at in due_at]
+    return {"ops": {"push_pages": {"config": config}}}
 

