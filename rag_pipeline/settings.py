@@ -86,8 +86,13 @@ class Settings(BaseSettings):
     # One JSON line per request; refusals are logged whatever this says.
     webhook_access_log: bool = Field(default=True, alias="WEBHOOK_ACCESS_LOG")
 
-    # Delivery sensor.
-    sensor_batch_size: int = Field(default=500, alias="SENSOR_BATCH_SIZE")
+    # Delivery sensor: deliveries routed per tick, and the batch runs it requests for the changed
+    # pages (a run costs seconds, a page milliseconds: one run applies many pages).
+    sensor_batch_size: int = Field(default=2000, alias="SENSOR_BATCH_SIZE", ge=1, le=100_000)
+    batch_max_pages: int = Field(default=500, alias="BATCH_MAX_PAGES", ge=1, le=10_000)
+    batch_max_tokens: int = Field(default=1_500_000, alias="BATCH_MAX_TOKENS", ge=1_000)
+    # A batch's hold on its pages: a run that never starts, or dies, frees them this long after.
+    batch_lease_s: float = Field(default=1800.0, alias="BATCH_LEASE_S", gt=0)
     # A failed page run is tried again after backoff, backoff x4, ... until this many runs failed.
     run_retry_max_attempts: int = Field(default=4, alias="RUN_RETRY_MAX_ATTEMPTS", ge=1, le=20)
     run_retry_backoff_s: float = Field(default=60.0, alias="RUN_RETRY_BACKOFF_S", ge=0)

@@ -40,7 +40,12 @@ class Tick:
 
     @property
     def partitions(self) -> list[str]:
-        return [r.partition_key for r in self.result.run_requests or []]
+        """The pages this tick put into batch runs, in request order."""
+        return [url for r in self.result.run_requests or [] for url in batch_pages(r)]
+
+
+def batch_pages(request: dg.RunRequest) -> list[str]:
+    return list(request.run_config["ops"]["index_pages"]["config"]["page_urls"])
 
 
 class Pipeline:
@@ -50,7 +55,7 @@ class Pipeline:
         self.instance = instance
         self.defs = defs
         self.sensor = defs.resolve_sensor_def("delivery_sensor")
-        self.job = defs.resolve_job_def("index_page")
+        self.job = defs.resolve_job_def("index_batch")
 
     def tick(self, *, execute: bool = True, expect_success: bool = True) -> Tick:
         context = dg.build_sensor_context(instance=self.instance, resources={"postgres": PostgresResource()})
@@ -62,7 +67,7 @@ class Pipeline:
         if execute:
             for request in result.run_requests or []:
                 outcome = self.job.execute_in_process(
-                    partition_key=request.partition_key, instance=self.instance, tags=request.tags,
+                    run_config=request.run_config, instance=self.instance, tags=request.tags,
                     raise_on_error=False,
                 )
                 assert outcome.success is expect_success

@@ -54,8 +54,9 @@ def switched(conn, url: str) -> bool:
 
 
 def embeddings_metadata(instance: dg.DagsterInstance, url: str) -> dict:
-    event = instance.get_latest_materialization_event(dg.AssetKey("embeddings"))
-    materialization = event.asset_materialization
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("embeddings"), asset_partitions=[url]), limit=1).records
+    materialization = records[0].asset_materialization
     assert materialization.partition == url
     return {k: v.value for k, v in materialization.metadata.items()}
 

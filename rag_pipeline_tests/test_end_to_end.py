@@ -130,11 +130,14 @@ def test_deliveries_become_cited_search_results(stack, conn):
     assert conn.execute("SELECT count(*) FROM pages WHERE url = %s", (C_URL,)).fetchone()[0] == 0
     assert conn.execute("SELECT outcome FROM deliveries WHERE url = %s", (C_URL,)).fetchone()[0] == "skipped"
 
-    # Exactly one run per new or changed page: A, A changed, B.
+    # One batch run per tick that had changed pages (A, A changed, B), each page on its partition.
     runs = pipeline.instance.get_runs()
     assert len(runs) == 3
-    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-    assert sorted(r.tags["dagster/partition"] for r in runs) == sorted([A_KEY, A_KEY, B_URL])
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS and r.job_name == "index_batch" for r in runs)
+    history = pipeline.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("embeddings"), asset_partitions=[A_KEY]), limit=10).records
+    assert len(history) == 2 and {r.run_id for r in history} <= {r.run_id for r in runs}
+    assert [r.asset_materialization.metadata["status"].value for r in history] == ["switched", "switched"]
 
     # Search cites A's new text with both timestamps.
     hits = search_json("zebra-striped canary releases")
@@ -164,12 +167,14 @@ def test_a_lost_run_request_is_requested_again(stack, conn):
     deliver(base, A_URL, PAGE_B)
     tick = pipeline.tick(execute=False)          # routed, but pretend the launch was lost
     assert tick.partitions == [A_KEY]
-    assert pipeline.tick(execute=False).partitions == []   # not yet stale
-    conn.execute("UPDATE deliveries SET processed_at = now() - interval '1 hour'")
+    assert pipeline.tick(execute=False).partitions == []   # leased to the lost batch until its lease ends
+    conn.execute("UPDATE pages SET leased_until = now() - interval '1 second'")
     again = pipeline.tick()
     assert again.partitions == [A_KEY]
-    assert again.result.run_requests[0].run_key == tick.result.run_requests[0].run_key
+    # A new lease, a new run_key: the daemon would skip a key it has seen.
+    assert again.result.run_requests[0].run_key != tick.result.run_requests[0].run_key
     assert conn.execute("SELECT outcome FROM deliveries").fetchone()[0] == "embedded"
+    assert conn.execute("SELECT leased_until FROM pages").fetchone()[0] is None   # released when done
 
 
 def test_a_page_crawled_over_http_is_cited_with_a_link_that_opens(stack, conn):

@@ -53,23 +53,16 @@ def test_a_run_failed_by_an_outage_is_retried_and_then_indexes(stack, conn):
     base, fake, pipeline = stack
     deliver(base, URL, PAGE_V1)
     fake.fail_next(1, status=503)
-    tick = pipeline.tick(expect_success=False)
+    tick = pipeline.tick(expect_success=False)   # the batch records its page's failure itself
     delivery_id = only_delivery_id(conn)
-    assert tick.result.run_requests[0].run_key == f"delivery-{delivery_id}"
-
-    pipeline.report_failure(tick.runs[0])
     outcome, attempts, scheduled, error = delivery(conn, delivery_id)
     assert (outcome, attempts, scheduled) == ("failed", 1, True)
     assert "503" in error
     assert not indexed(conn)
 
-    # Reported twice (the daemon may re-deliver a run's failure): counted once.
-    pipeline.report_failure(tick.runs[0])
-    assert delivery(conn, delivery_id)[1] == 1
-
-    tick = pipeline.tick()  # the API is back
-    assert [r.run_key for r in tick.result.run_requests] == [f"delivery-{delivery_id}-retry-1"]
-    assert tick.runs[0].tags["rag/attempt"] == "1"
+    retry = pipeline.tick()  # the API is back
+    assert retry.partitions == [URL]
+    assert retry.result.run_requests[0].run_key != tick.result.run_requests[0].run_key
     assert delivery(conn, delivery_id)[:3] == ("embedded", 1, False)
     assert indexed(conn)
     assert pipeline.tick().result.run_requests in (None, [])  # nothing left to do
@@ -83,9 +76,8 @@ def test_retries_stop_after_the_configured_attempts(stack, conn):
     for _ in range(3):
         tick = pipeline.tick(expect_success=False)
         keys += [r.run_key for r in tick.result.run_requests]
-        pipeline.report_failure(tick.runs[0])
     delivery_id = only_delivery_id(conn)
-    assert keys == [f"delivery-{delivery_id}", f"delivery-{delivery_id}-retry-1", f"delivery-{delivery_id}-retry-2"]
+    assert len(set(keys)) == 3   # one run, under its own key, per try
     assert delivery(conn, delivery_id)[:3] == ("failed", 3, False)
     assert pipeline.tick(execute=False).result.run_requests in (None, [])
 
@@ -94,10 +86,10 @@ def test_a_poisoned_input_is_not_retried(stack, conn):
     base, fake, pipeline = stack
     fake.poison("albatross")
     deliver(base, URL, PAGE_V1)
-    tick = pipeline.tick(expect_success=False)
-    pipeline.report_failure(tick.runs[0])
-    outcome, attempts, scheduled, _ = delivery(conn, only_delivery_id(conn))
+    pipeline.tick(expect_success=False)
+    outcome, attempts, scheduled, error = delivery(conn, only_delivery_id(conn))
     assert (outcome, attempts, scheduled) == ("failed", 1, False)
+    assert "refused" in error
     assert pipeline.tick(execute=False).result.run_requests in (None, [])
 
 
@@ -105,15 +97,15 @@ def test_a_newer_crawl_cancels_the_retry_of_an_older_one(stack, conn):
     base, fake, pipeline = stack
     deliver(base, URL, PAGE_V1)
     fake.fail_next(1, status=503)
-    tick = pipeline.tick(expect_success=False)
+    pipeline.tick(expect_success=False)
     old_id = only_delivery_id(conn)
-    pipeline.report_failure(tick.runs[0])
     assert delivery(conn, old_id)[2] is True  # a retry is scheduled
 
     deliver(base, URL, PAGE_V2)
     tick = pipeline.tick()
     new_id = only_delivery_id(conn)
-    assert [r.run_key for r in tick.result.run_requests] == [f"delivery-{new_id}"]
+    assert tick.partitions == [URL]
+    assert tick.result.run_requests[0].run_config["ops"]["index_pages"]["config"]["delivery_ids"] == [new_id]
     assert delivery(conn, old_id)[:3] == ("superseded", 1, False)
     assert delivery(conn, new_id)[0] == "embedded"
     texts = conn.execute("SELECT source_text FROM pages").fetchone()[0]
@@ -126,9 +118,8 @@ def test_an_unchanged_crawl_supersedes_a_failed_older_one(stack, conn):
     pipeline.tick()
     deliver(base, URL, PAGE_V2)
     fake.fail_next(1, status=503)
-    tick = pipeline.tick(expect_success=False)
+    pipeline.tick(expect_success=False)
     failed_id = only_delivery_id(conn)
-    pipeline.report_failure(tick.runs[0])
 
     # The site reverted to what the index shows: unchanged, and V2's retry would now apply history.
     deliver(base, URL, PAGE_V1)
@@ -189,8 +180,7 @@ def test_text_postgres_refuses_fails_the_run_once_and_is_not_retried(stack, conn
     # Normalization made unable to clean the text (what any such gap would do): Postgres refuses it.
     monkeypatch.setattr("rag_pipeline.ingest.indexing.normalize_markdown", lambda text, *a, **k: text)
     deliver(base, URL, PAGE_WITH_NUL)
-    tick = pipeline.tick(expect_success=False)
-    pipeline.report_failure(tick.runs[0])
+    pipeline.tick(expect_success=False)
     outcome, attempts, scheduled, error = delivery(conn, only_delivery_id(conn))
     assert (outcome, attempts, scheduled) == ("failed", 1, False)
     assert "NUL" in error and "a retry would fail the same way" in error

@@ -131,8 +131,19 @@ def _space_for(conn: psycopg.Connection, embedder_for: EmbedderFor,
     return spaces.ensure_active(conn, embedder.model, embedder.dimensions), embedder
 
 
+@dataclass(frozen=True)
+class Prepaid:
+    """What a batch already embedded for this page in requests shared across pages: the texts
+    this page brought first (`hashes`), and its share of their cost, for its ledger row."""
+
+    hashes: frozenset[bytes] = frozenset()
+    tokens: int = 0
+    requests: int = 0
+    truncated: int = 0
+
+
 def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder | EmbedderFor,
-                     run_id: str | None = None) -> SwitchResult:
+                     run_id: str | None = None, prepaid: Prepaid = Prepaid()) -> SwitchResult:
     """Embed only texts the active space has never seen, then swap the page in one transaction.
 
     ``embedder`` is either a function of the active space giving that space's embedder (how page
@@ -160,7 +171,9 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
 
     unique: dict[bytes, chunk_store.StagedChunk] = {c.embed_hash: c for c in staged}
     # What was paid for, over every pass (a pass for a space flipped away from stays cached there).
-    chunks_embedded = tokens_embedded = requests = truncated = 0
+    brought = prepaid.hashes & unique.keys()
+    chunks_embedded, tokens_embedded = len(brought), prepaid.tokens
+    requests, truncated = prepaid.requests, prepaid.truncated
     for _ in range(_MAX_PASSES):
         missing, spent = _embed_missing(conn, page, unique, space, embedder)
         chunks_embedded += len(missing)
@@ -176,7 +189,7 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
                 return SwitchResult("superseded", source_hash=page.source_hash, space_id=space.space_id)
             now_active = spaces.active(conn)
             if now_active is not None and now_active.space_id == space.space_id:
-                missing_hashes = {c.embed_hash for c in missing}
+                missing_hashes = {c.embed_hash for c in missing} | brought
                 tokens_reused = sum(c.token_count for c in staged if c.embed_hash not in missing_hashes)
                 return _switch(conn, page_url, page, locked, staged, space, run_id, chunks_embedded,
                                tokens_embedded, tokens_reused, requests, truncated)

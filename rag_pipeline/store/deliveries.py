@@ -8,6 +8,7 @@ from datetime import datetime
 import psycopg
 from psycopg.rows import class_row
 
+from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.core.text import storable
 
 # One statement, shared by the async receiver and the sync helpers, so both store the same row.
@@ -55,15 +56,16 @@ def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
 
 
 def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
-         page_url: str | None = None, error: str | None = None) -> None:
+         page_url: str | None = None, error: str | None = None, text_chars: int | None = None) -> None:
     # A reason quoting what was refused (a NUL, a lone surrogate) must not be refused in turn.
     error = storable(error) if error is not None else None
     conn.execute(
         "UPDATE deliveries SET processed_at = coalesce(processed_at, now()), outcome = %s,"
         " page_url = coalesce(%s, page_url), error = coalesce(%s, error),"
+        " text_chars = coalesce(%s, text_chars),"
         " applied_at = CASE WHEN %s IN ('embedded', 'unchanged', 'deleted') THEN now() END"
         " WHERE id = %s",
-        (outcome, page_url, error, outcome, delivery_id),
+        (outcome, page_url, error, text_chars, outcome, delivery_id),
     )
 
 
@@ -95,32 +97,11 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
     return cur.rowcount
 
 
-def run_key(delivery_id: int, attempts: int) -> str:
-    """One Dagster run_key per try: the daemon skips a key it has seen, so a retry needs its own."""
-    return f"delivery-{delivery_id}" if attempts == 0 else f"delivery-{delivery_id}-retry-{attempts}"
-
-
 @dataclass(frozen=True)
 class PendingRun:
     page_url: str
     delivery_id: int
     attempts: int
-
-    @property
-    def run_key(self) -> str:
-        return run_key(self.delivery_id, self.attempts)
-
-
-def stale_queued(conn: psycopg.Connection, older_than_minutes: int, limit: int) -> list[PendingRun]:
-    """The newest queued delivery of pages whose run is overdue: the run request may have been
-    lost between the routing commit and the run launch. Re-requested under the same run_key."""
-    rows = conn.execute(
-        "SELECT DISTINCT ON (page_url) page_url, id, attempts FROM deliveries"
-        " WHERE outcome = 'queued' AND processed_at < now() - make_interval(mins => %s)"
-        " ORDER BY page_url, id DESC",
-        (older_than_minutes,),
-    ).fetchall()
-    return [PendingRun(*row) for row in sorted(rows, key=lambda r: r[1])[:limit]]
 
 
 def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int, error: str, *,
@@ -162,6 +143,26 @@ def claim_due_retries(conn: psycopg.Connection, limit: int) -> list[PendingRun]:
             (limit,),
         ).fetchall()
     return [PendingRun(*row) for row in sorted(rows, key=lambda r: r[1])]
+
+
+def queued_work(conn: psycopg.Connection, limit: int) -> list[WorkItem]:
+    """The newest queued delivery of each page no live batch holds, oldest first: what the next
+    batches apply (a batch applies a page's newest queued delivery anyway)."""
+    rows = conn.execute(
+        "SELECT q.page_url, q.id, q.attempts, coalesce(q.text_chars, 0) FROM"
+        " (SELECT DISTINCT ON (page_url) page_url, id, attempts, text_chars FROM deliveries"
+        "  WHERE outcome = 'queued' ORDER BY page_url, id DESC) q"
+        " JOIN pages p ON p.url = q.page_url"
+        " WHERE p.leased_until IS NULL OR p.leased_until <= now()"
+        " ORDER BY q.id LIMIT %s",
+        (limit,),
+    ).fetchall()
+    return [WorkItem(*row) for row in rows]
+
+
+def attempts_of(conn: psycopg.Connection, delivery_id: int) -> int:
+    row = conn.execute("SELECT attempts FROM deliveries WHERE id = %s", (delivery_id,)).fetchone()
+    return row[0] if row else 0
 
 
 def outcome_counts(conn: psycopg.Connection) -> dict[str, int]:

@@ -100,3 +100,40 @@ def counts(conn: psycopg.Connection) -> dict[str, int]:
         " FROM pages"
     ).fetchone()
     return {"indexed": row[0], "tombstoned": row[1], "pending": row[2]}
+
+
+# -- batch leases: a page is in at most one live batch run ---------------------------------------
+
+
+def lease(conn: psycopg.Connection, page_urls: list[str], batch_key: str, seconds: float) -> list[str]:
+    """Lease these pages to one batch; a page another batch still holds is left out."""
+    rows = conn.execute(
+        "UPDATE pages SET batch_key = %s, leased_until = now() + make_interval(secs => %s)"
+        " WHERE url = ANY(%s) AND (leased_until IS NULL OR leased_until <= now()) RETURNING url",
+        (batch_key, seconds, page_urls),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def leased_to(conn: psycopg.Connection, page_urls: list[str], batch_key: str) -> set[str]:
+    """Which of these pages this batch still holds (a lease that ran out may be another's now)."""
+    rows = conn.execute(
+        "SELECT url FROM pages WHERE url = ANY(%s) AND batch_key = %s AND leased_until > now()",
+        (page_urls, batch_key),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def release(conn: psycopg.Connection, page_url: str, batch_key: str) -> None:
+    """The batch is done with this page: a newer delivery may go into the next batch at once."""
+    conn.execute("UPDATE pages SET leased_until = NULL WHERE url = %s AND batch_key = %s",
+                 (page_url, batch_key))
+
+
+def release_batch(conn: psycopg.Connection, batch_key: str) -> list[str]:
+    """Free every page a batch still holds (its run ended without finishing them)."""
+    rows = conn.execute(
+        "UPDATE pages SET leased_until = NULL WHERE batch_key = %s AND leased_until IS NOT NULL RETURNING url",
+        (batch_key,),
+    ).fetchall()
+    return [r[0] for r in rows]

@@ -77,7 +77,7 @@ def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, c
 
         crawl.run("seed", "seed_pages", {"file": str(seeds)})
         crawl.settle()
-        assert len(pipeline.tick().runs) == 3
+        assert len(pipeline.tick().partitions) == 3
         assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash IS NOT NULL").fetchone()[0] == 3
         key = {u: u.replace("http://", "https://") for u in (fast, hourly, daily)}
 

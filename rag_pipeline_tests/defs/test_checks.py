@@ -28,7 +28,7 @@ def test_checks_pass_then_catch_a_broken_index(database_url, conn, monkeypatch):
                               original_status=200, content_type=None,
                               body=gzip.compress(b"# Title\n\nSome words about " + url.encode()),
                               body_encoding="gzip")
-        assert len(pipeline.tick().runs) == 2
+        assert len(pipeline.tick().partitions) == 2
 
         healthy = evaluations(instance)
         assert set(healthy) == {checks.INDEX_MATCHES_SOURCE, checks.NO_TOMBSTONED_CHUNKS,

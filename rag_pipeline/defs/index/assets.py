@@ -4,15 +4,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
-import psycopg
 
-from rag_pipeline.core.chunking import CHUNKER_VERSION, chunker_signature
+from rag_pipeline.core.chunking import CHUNKER_VERSION
+from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
-from rag_pipeline.embedders.base import PoisonedInputError
-from rag_pipeline.store import spaces
-from rag_pipeline.store.spaces import SpaceMismatch
 from rag_pipeline.ingest import indexing
+from rag_pipeline.ingest.failures import classify
+from rag_pipeline.store import spaces
 from rag_pipeline.settings import get_settings
 
 GROUP = "index"
@@ -26,18 +25,14 @@ def _not_retryable(description: str) -> dg.Failure:
 
 @contextmanager
 def _failures_a_retry_cannot_fix() -> Iterator[None]:
-    """The same text refused by the model or by Postgres, the same model mismatch: a later run
-    would meet them again, so retrying costs money and changes nothing."""
+    """A failure a later run would meet again fails the step without a retry (ingest/failures.py)."""
     try:
         yield
-    except (PoisonedInputError, SpaceMismatch) as exc:
-        raise _not_retryable(str(exc)) from exc
-    except psycopg.DataError as exc:
-        # SQLSTATE class 22 (or psycopg refusing a NUL before sending): a property of the data.
-        code = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
-        raise _not_retryable(
-            f"the page's data cannot be stored: {str(exc).strip()}{code}; not retried: "
-            "a retry would fail the same way") from exc
+    except Exception as exc:
+        failure = classify(exc)
+        if failure.retryable:
+            raise
+        raise _not_retryable(failure.reason) from exc
 
 
 @dg.asset(
@@ -53,15 +48,7 @@ def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.M
     settings = get_settings()
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
         result = indexing.take_newest_delivery(conn, context.partition_key, settings.webhook_max_page_bytes)
-    return dg.MaterializeResult(
-        metadata={
-            "status": result.status,
-            "source_hash": result.source_hash or "",
-            "delivery_id": result.delivery_id or 0,
-            "chars": result.chars,
-            "deliveries_superseded": result.superseded,
-        }
-    )
+    return dg.MaterializeResult(metadata=source_metadata(result))
 
 
 @dg.asset(
@@ -82,16 +69,7 @@ def chunks(
         # Sized to the model the page will be embedded with: the active space's.
         max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
         result = indexing.stage_chunks(conn, context.partition_key, max_tokens, overlap_tokens)
-    return dg.MaterializeResult(
-        metadata={
-            "source_hash": result.source_hash or "",
-            "chunks": result.chunks,
-            "tokens": result.tokens,
-            "chunker_version": chunker_signature(max_tokens, overlap_tokens),
-            "max_tokens": max_tokens,
-            "overlap_tokens": overlap_tokens,
-        }
-    )
+    return dg.MaterializeResult(metadata=chunk_metadata(result, max_tokens, overlap_tokens))
 
 
 @dg.asset(
@@ -118,19 +96,4 @@ def embeddings(
     note = embedder.note(space)
     if note:
         context.log.info(note)
-    extra = {"note": note} if note else {}
-    if space is not None:
-        extra["embedding_space"] = f"{space.model} ({space.dimensions} dims)"
-    return dg.MaterializeResult(
-        metadata={
-            **extra,
-            "status": result.status,
-            "source_hash": result.source_hash or "",
-            "chunks_total": result.chunks_total,
-            "chunks_embedded": result.chunks_embedded,
-            "tokens_embedded": result.tokens_embedded,
-            "tokens_reused": result.tokens_reused,
-            "requests": result.requests,
-            "inputs_truncated": result.truncated,
-        }
-    )
+    return dg.MaterializeResult(metadata=switch_metadata(result, space, note))

@@ -1,0 +1,123 @@
+"""`index_batch`: one run applies many changed pages, and reports each on its own partition.
+
+Why an op and not the assets themselves: a run can target one partition or a contiguous range of
+them, never a set of scattered keys (a range over dynamic partitions covers every key between its
+ends), and `MaterializeResult` has no partition. An op may report `AssetMaterialization`s of the
+`pages`, `chunks` and `embeddings` assets for any partition: each is stored as a materialization of
+that partition, with the batch run's id and the page's own metadata, as a page run would write it
+(3 event rows a page instead of a run's ~22 and its process). The assets stay defined, so a single
+page is still materialized by hand from the UI, and lineage stays pages → chunks → embeddings.
+"""
+
+
+from collections import Counter
+from typing import Optional
+
+import dagster as dg
+
+from rag_pipeline.core.batching import WorkItem
+from rag_pipeline.defs.index.assets import chunks, embeddings, pages
+from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
+from rag_pipeline.settings import get_settings
+from rag_pipeline.store import spaces
+
+BATCH_TAG = "rag/batch"
+PAGES_TAG = "rag/pages"
+_FAILED_STEP_ASSET = {"pages": pages.key, "chunks": chunks.key, "embeddings": embeddings.key}
+
+
+class BatchConfig(dg.Config):
+    """The pages of one batch: the newest queued delivery of each, and its failed tries so far."""
+
+    batch_key: Optional[str] = None  # the sensor's lease on these pages; unset for a batch started by hand
+    page_urls: list[str]
+    delivery_ids: list[int]
+    attempts: list[int]
+
+    def items(self) -> list[WorkItem]:
+        if not len(self.page_urls) == len(self.delivery_ids) == len(self.attempts):
+            raise dg.Failure("page_urls, delivery_ids and attempts must have one entry per page")
+        return [WorkItem(u, d, a) for u, d, a in zip(self.page_urls, self.delivery_ids, self.attempts)]
+
+
+def batch_run_config(batch_key: str, items: list[WorkItem]) -> dg.RunConfig:
+    return dg.RunConfig(ops={"index_pages": BatchConfig(
+        batch_key=batch_key, page_urls=[i.page_url for i in items],
+        delivery_ids=[i.delivery_id for i in items], attempts=[i.attempts for i in items])})
+
+
+@dg.op(
+    out={},
+    # At most `default_limit` batches embed at once (dagster.yaml): they share the API's rate.
+    pool="embedding_api",
+    tags={"kind": "postgres"},
+)
+def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: PostgresResource,
+                embedder: EmbedderResource):
+    """Apply each page's newest crawl as a page run would (source → chunks → vectors, one switch per
+    page), the embedding requests shared across pages; a page's failure fails that page alone."""
+    items = config.items()
+    settings = get_settings()
+    retry = RetryPolicy(settings.run_retry_max_attempts, settings.run_retry_backoff_s)
+    counts: Counter = Counter()
+    failed: list[Failed] = []
+    noted: set[int] = set()
+    with postgres.connect() as conn:
+        events = apply_batch(
+            conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
+            chunk_budget=embedder.chunk_budget, max_page_bytes=settings.webhook_max_page_bytes,
+            retry=retry, run_id=context.run_id,
+        )
+        for event in events:
+            counts[type(event).__name__] += 1
+            if isinstance(event, Sourced):
+                yield dg.AssetMaterialization(asset_key=pages.key, partition=event.page_url,
+                                              metadata=source_metadata(event.result))
+            elif isinstance(event, Staged):
+                yield dg.AssetMaterialization(
+                    asset_key=chunks.key, partition=event.page_url,
+                    metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
+            elif isinstance(event, Switched):
+                space = spaces.by_id(conn, event.result.space_id) if event.result.space_id else None
+                conn.commit()
+                note = embedder.note(space)
+                if note and space.space_id not in noted:
+                    noted.add(space.space_id)
+                    context.log.info(note)
+                yield dg.AssetMaterialization(asset_key=embeddings.key, partition=event.page_url,
+                                              metadata=switch_metadata(event.result, space, note))
+            elif isinstance(event, Failed):
+                failed.append(event)
+                context.log.warning(f"{event.page_url}: {event.step} failed "
+                                    f"({'retried later' if event.failure.retryable else 'not retried'}): "
+                                    f"{event.failure.reason}")
+                yield dg.AssetObservation(
+                    asset_key=_FAILED_STEP_ASSET[event.step], partition=event.page_url,
+                    metadata={"status": "failed", "error": event.failure.reason[:2000],
+                              "retryable": event.failure.retryable, "delivery_id": event.delivery_id or 0})
+            elif isinstance(event, Skipped):
+                context.log.info(f"{event.page_url}: skipped, {event.reason}")
+    switched = counts["Switched"]
+    context.log.info(f"{len(items)} page(s): {switched} switched, {len(failed)} failed, "
+                     f"{counts['Skipped']} skipped")
+    if failed:
+        shown = "; ".join(f"{f.page_url}: {f.failure.reason[:200]}" for f in failed[:5])
+        more = f" (+{len(failed) - 5} more)" if len(failed) > 5 else ""
+        # Each page's failure is recorded on its delivery (and retried, if a retry can help);
+        # failing the run shows the batch red in the UI with the pages that need a look.
+        raise dg.Failure(
+            description=f"{len(failed)} of {len(items)} page(s) failed, the others switched in: {shown}{more}",
+            metadata={"pages_failed": len(failed), "pages_switched": switched},
+            allow_retries=False,
+        )
+
+
+@dg.job(
+    tags={"rag/kind": "batch"},
+    description="Apply a batch of changed pages (requested by delivery_sensor): each page on its own "
+                "partition of pages → chunks → embeddings, embedding requests shared across pages.",
+)
+def index_batch():
+    index_pages()

@@ -1,0 +1,257 @@
+"""A batch of changed pages applied in one pass, each page exactly as a page run applies it.
+
+A Dagster run costs seconds and a page milliseconds, so one run applies many pages. Each page
+keeps its own transactions and its one switch (`indexing`), and one page's failure is recorded
+on its own delivery (retried later or not, by `failures.classify`) without stopping or rolling
+back the others. What is shared is the embedding: the texts every page of the batch needs are
+sent together, in full requests, and a poisoned input fails only the pages that contain it.
+
+`apply_batch` yields what happened step by step, so the caller (the Dagster op, or the plain loop
+of the throughput benchmark) reports each page as soon as it is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import psycopg
+
+from rag_pipeline.core.batching import WorkItem, apportion
+from rag_pipeline.core.urls import page_id
+from rag_pipeline.embedders.base import EmbeddingError, PoisonedInputError
+from rag_pipeline.ingest import indexing
+from rag_pipeline.ingest.failures import PageFailure, classify
+from rag_pipeline.store import chunks as chunk_store
+from rag_pipeline.store import deliveries, pages, spaces
+
+log = logging.getLogger(__name__)
+
+# Namespace of the per-page advisory locks (any constant unlike the other advisory keys).
+PAGE_LOCK_CLASS = 0x5241_4703
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int
+    backoff_s: float
+
+
+@dataclass(frozen=True)
+class Sourced:
+    page_url: str
+    result: indexing.SourceResult
+
+
+@dataclass(frozen=True)
+class Staged:
+    page_url: str
+    result: indexing.StageResult
+    max_tokens: int
+    overlap_tokens: int
+
+
+@dataclass(frozen=True)
+class Switched:
+    page_url: str
+    result: indexing.SwitchResult
+
+
+@dataclass(frozen=True)
+class Failed:
+    page_url: str
+    step: str                 # "pages", "chunks" or "embeddings"
+    failure: PageFailure
+    delivery_id: int | None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    page_url: str
+    reason: str               # another batch holds the page now
+
+
+Event = Sourced | Staged | Switched | Failed | Skipped
+
+
+@dataclass
+class _Page:
+    item: WorkItem
+    source: indexing.SourceResult | None = None
+    staged: list[chunk_store.StagedChunk] | None = None
+    failed: bool = False
+
+
+def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_key: str | None,
+                embedder_for: indexing.EmbedderFor, chunk_budget, max_page_bytes: int,
+                retry: RetryPolicy, run_id: str | None = None) -> Iterator[Event]:
+    """Apply the newest queued delivery of each page in `items`.
+
+    ``batch_key`` names the lease the sensor took on these pages (None: no lease, a batch started
+    by hand); a page whose lease another batch holds now is skipped. ``chunk_budget(space)`` gives
+    (max, overlap) tokens for the active space. The connection must not be in a transaction; the
+    per-page advisory locks it takes are released before this returns.
+    """
+    try:
+        work = list(_lock_pages(conn, items, batch_key))
+        for page in work:
+            if isinstance(page, Skipped):
+                yield page
+        work = [p for p in work if isinstance(p, _Page)]
+        active = spaces.active(conn)
+        max_tokens, overlap_tokens = chunk_budget(active)
+        for page in work:
+            yield from _source_and_stage(conn, page, max_tokens, overlap_tokens, max_page_bytes, retry)
+        live = [p for p in work if not p.failed]
+        prepaid, failures = yield from _embed_shared(conn, live, embedder_for, active, retry)
+        for page in live:
+            if page.item.page_url in failures:
+                continue
+            yield _switch(conn, page, embedder_for, prepaid.get(page.item.page_url, indexing.Prepaid()),
+                          run_id, retry)
+            _release(conn, page.item.page_url, batch_key)
+        for page in work:
+            if page.failed or page.item.page_url in failures:
+                _release(conn, page.item.page_url, batch_key)
+    finally:
+        _unlock_all(conn)
+
+
+def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
+    """Each page under a session advisory lock for the whole batch: two batches never work on one
+    page at once, whatever run concurrency is set (the page row lock orders the writes anyway)."""
+    held = pages.leased_to(conn, [i.page_url for i in items], batch_key) if batch_key else None
+    conn.commit()
+    for item in items:
+        if held is not None and item.page_url not in held:
+            yield Skipped(item.page_url, "its lease ended and another batch may hold the page")
+            continue
+        got = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                           (PAGE_LOCK_CLASS, item.page_url)).fetchone()[0]
+        conn.commit()
+        if not got:
+            yield Skipped(item.page_url, "another run is applying this page")
+            continue
+        yield _Page(item)
+
+
+def _unlock_all(conn) -> None:
+    try:
+        conn.rollback()
+        conn.execute("SELECT pg_advisory_unlock_all()")
+        conn.commit()
+    except psycopg.Error as exc:  # a broken connection holds no locks any more
+        log.warning("could not release page locks: %s", exc)
+
+
+def _release(conn, page_url: str, batch_key: str | None) -> None:
+    if batch_key is None:
+        return
+    with conn.transaction():
+        pages.release(conn, page_url, batch_key)
+
+
+def _source_and_stage(conn, page: _Page, max_tokens, overlap_tokens, max_page_bytes, retry) -> Iterator[Event]:
+    url = page.item.page_url
+    step = "pages"
+    try:
+        page.source = indexing.take_newest_delivery(conn, url, max_page_bytes)
+        conn.commit()  # before reporting: no page lock is held while Dagster writes its events
+        yield Sourced(url, page.source)
+        step = "chunks"
+        staged = indexing.stage_chunks(conn, url, max_tokens, overlap_tokens)
+        page.staged = (chunk_store.staged(conn, page_id(url), staged.source_hash)
+                       if staged.source_hash else [])
+        conn.commit()
+    except Exception as exc:  # noqa: BLE001 - one page's failure is recorded, the batch goes on
+        conn.rollback()
+        yield _fail(conn, page, step, classify(exc), retry)
+        return
+    yield Staged(url, staged, max_tokens, overlap_tokens)
+
+
+def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
+    """Embed, in one call (the embedder cuts it into full requests), every text the active space
+    lacks for these pages; returns each page's prepaid share and the pages that failed here."""
+    failures: set[str] = set()
+    prepaid: dict[str, indexing.Prepaid] = {}
+    texts: dict[bytes, chunk_store.StagedChunk] = {}
+    first_page: dict[bytes, str] = {}
+    for page in live:
+        for chunk in page.staged or []:
+            texts.setdefault(chunk.embed_hash, chunk)
+            first_page.setdefault(chunk.embed_hash, page.item.page_url)
+    if not texts:
+        return prepaid, failures
+    try:
+        embedder = embedder_for(active)
+        space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
+        cached = chunk_store.cached_hashes(conn, space, list(texts))
+        conn.commit()
+        missing = [c for h, c in texts.items() if h not in cached]
+        if not missing:
+            return prepaid, failures
+        try:
+            result = embedder.embed([c.embed_text for c in missing])
+            vectors, bad, spent = result.vectors, {}, result
+        except PoisonedInputError as exc:
+            vectors, spent = exc.vectors, exc
+            bad = {missing[i].embed_hash: exc.reasons.get(i, exc.reason) for i in exc.indices}
+        with conn.transaction():
+            chunk_store.cache_vectors(conn, space, [
+                (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
+    except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
+        conn.rollback()
+        failure = classify(exc)
+        for page in live:
+            failures.add(page.item.page_url)
+            yield _fail(conn, page, "embeddings", failure, retry)
+        return prepaid, failures
+    for page in live:
+        refused = sorted({bad[c.embed_hash] for c in page.staged or [] if c.embed_hash in bad})
+        if refused:
+            failures.add(page.item.page_url)
+            reason = f"the embedding server refused a chunk of this page: {refused[0]}"
+            yield _fail(conn, page, "embeddings", PageFailure(reason, retryable=False), retry)
+    # Each text's cost goes to the first page that needed it, so the ledger adds up to the bill.
+    embedded = [c for c in missing if c.embed_hash not in bad]
+    owners = [first_page[c.embed_hash] for c in embedded]
+    weights = [c.token_count for c in embedded]
+    tokens = apportion(spent.tokens, weights)
+    requests = apportion(spent.requests, weights)
+    truncated = apportion(getattr(spent, "truncated", 0), weights)
+    for owner, chunk, t, r, tr in zip(owners, embedded, tokens, requests, truncated):
+        share = prepaid.get(owner, indexing.Prepaid())
+        prepaid[owner] = indexing.Prepaid(share.hashes | {chunk.embed_hash}, share.tokens + t,
+                                          share.requests + r, share.truncated + tr)
+    return prepaid, failures
+
+
+def _switch(conn, page: _Page, embedder_for, prepaid: indexing.Prepaid, run_id, retry) -> Event:
+    url = page.item.page_url
+    try:
+        result = indexing.embed_and_switch(conn, url, embedder_for, run_id, prepaid)
+        conn.commit()
+        return Switched(url, result)
+    except Exception as exc:  # noqa: BLE001
+        conn.rollback()
+        page.failed = True
+        return _fail(conn, page, "embeddings", classify(exc), retry)
+
+
+def _fail(conn, page: _Page, step: str, failure: PageFailure, retry: RetryPolicy) -> Failed:
+    """Record the failure on the delivery the page was applying, and schedule its retry."""
+    page.failed = True
+    delivery_id = page.source.delivery_id if page.source and page.source.delivery_id else page.item.delivery_id
+    attempts = page.item.attempts if delivery_id == page.item.delivery_id else deliveries.attempts_of(conn, delivery_id)
+    try:
+        with conn.transaction():
+            deliveries.record_run_failure(conn, delivery_id, attempts, f"{step}: {failure.reason}",
+                                          retryable=failure.retryable, max_attempts=retry.max_attempts,
+                                          backoff_s=retry.backoff_s)
+    except psycopg.Error as exc:
+        # The database itself is away: the lease runs out and the page is batched again.
+        conn.rollback()
+        log.warning("%s: could not record its failure (%s)", page.item.page_url, exc)
+    return Failed(page.item.page_url, step, failure, delivery_id)

@@ -1,0 +1,149 @@
+"""Batch runs: one run for a tick of changed pages, each page on its own partition, failing alone."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.harness import TOKEN, Pipeline, batch_pages, configure, deliver, load_defs
+from rag_pipeline_tests.servers import serve
+from webhook_sensor.app import create_app
+
+
+def url(n: int) -> str:
+    return f"https://docs.example.com/batch/{n}"
+
+
+def page(n: int, extra: str = "") -> str:
+    return (f"# Page {n}\n\nPage {n} describes the pelican relay number {n} and its settings.{extra}\n\n"
+            f"## Details\n\nThe relay {n} keeps {n} spare parts in the north shed.")
+
+
+@pytest.fixture
+def stack(database_url, monkeypatch):
+    with FakeOpenAI(dimensions=64) as fake:
+        configure(monkeypatch, DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
+                  OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0",
+                  RUN_RETRY_BACKOFF_S="0")
+        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
+        with serve(app, health_path="/healthz") as base, dg.instance_for_test() as instance:
+            yield base, fake, Pipeline(instance, load_defs())
+
+
+def materializations(instance, asset: str, partition: str):
+    return instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=20).records
+
+
+def test_one_run_applies_a_tick_of_changed_pages_each_on_its_partition(stack, conn):
+    base, fake, pipeline = stack
+    for n in range(30):
+        deliver(base, url(n), page(n))
+    tick = pipeline.tick()
+
+    assert len(tick.runs) == 1 and tick.runs[0].job_name == "index_batch"
+    assert sorted(tick.partitions) == sorted(url(n) for n in range(30))
+    # The texts of all 30 pages went out together, not one request per page.
+    assert fake.requests == 1 and len(fake.inputs) == conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    run_id = tick.runs[0].run_id
+    for n in (0, 17, 29):
+        source_hash, chunks = conn.execute(
+            "SELECT p.indexed_hash, count(c.*) FROM pages p JOIN chunks c USING (page_id) WHERE p.url = %s"
+            " GROUP BY 1", (url(n),)).fetchone()
+        (p,), (c,), (e,) = (materializations(pipeline.instance, a, url(n)) for a in ("pages", "chunks", "embeddings"))
+        assert {p.run_id, c.run_id, e.run_id} == {run_id}
+        meta = {a: r.asset_materialization.metadata for a, r in (("pages", p), ("chunks", c), ("embeddings", e))}
+        assert meta["pages"]["status"].value == "updated" and meta["pages"]["source_hash"].value == source_hash
+        assert meta["chunks"]["chunks"].value == chunks
+        assert meta["embeddings"]["status"].value == "switched"
+        assert meta["embeddings"]["chunks_total"].value == chunks == meta["embeddings"]["chunks_embedded"].value
+        assert meta["embeddings"]["tokens_embedded"].value > 0
+    # Each page's share of the shared requests adds up to what the requests cost.
+    ledger_tokens, ledger_requests = conn.execute(
+        "SELECT sum(tokens_embedded), sum(requests) FROM embedding_ledger").fetchone()
+    assert (ledger_tokens, ledger_requests) == (fake.total_tokens, 1)
+    assert conn.execute("SELECT count(*) FROM pages WHERE leased_until IS NOT NULL").fetchone()[0] == 0
+
+
+def test_a_poisoned_page_fails_alone_and_the_rest_switch_in(stack, conn):
+    base, fake, pipeline = stack
+    fake.poison("cormorant")
+    for n in range(8):
+        deliver(base, url(n), page(n, " A cormorant nests here." if n == 3 else ""))
+    tick = pipeline.tick(expect_success=False)   # red in the UI: one page needs a look
+
+    assert len(tick.runs) == 1
+    states = dict(conn.execute(
+        "SELECT page_url, outcome FROM deliveries").fetchall())
+    assert states.pop(url(3)) == "failed" and set(states.values()) == {"embedded"}
+    assert conn.execute("SELECT retry_at FROM deliveries WHERE page_url = %s", (url(3),)).fetchone()[0] is None
+    assert materializations(pipeline.instance, "embeddings", url(3)) == []
+    observed = pipeline.instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("embeddings"), asset_partitions=[url(3)]), limit=5).records
+    assert observed[0].asset_observation.metadata["status"].value == "failed"
+    assert all(len(materializations(pipeline.instance, "embeddings", url(n))) == 1 for n in range(8) if n != 3)
+    failure = pipeline.instance.all_logs(tick.runs[0].run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    assert "1 of 8 page(s) failed" in failure[0].dagster_event.step_failure_data.error.message
+
+
+def test_a_page_delivered_again_while_a_batch_holds_it_is_applied_once_newest_last(stack, conn):
+    base, fake, pipeline = stack
+    deliver(base, url(1), page(1))
+    held = pipeline.tick(execute=False)            # leased to a batch not started yet
+    deliver(base, url(1), page(1, " Revised: the relay moved."))
+    second = pipeline.tick(execute=False)
+    assert second.partitions == []                 # not put in a second batch
+    request = held.result.run_requests[0]
+    outcome = pipeline.job.execute_in_process(run_config=request.run_config, instance=pipeline.instance,
+                                              tags=request.tags)
+    assert outcome.success
+    rows = conn.execute("SELECT outcome FROM deliveries ORDER BY id").fetchall()
+    assert rows == [("superseded",), ("embedded",)]
+    assert "Revised" in conn.execute("SELECT source_text FROM pages").fetchone()[0]
+    assert len(materializations(pipeline.instance, "embeddings", url(1))) == 1
+    assert pipeline.tick().partitions == []
+
+
+def test_batches_are_bounded_by_pages_and_tokens(stack, conn, monkeypatch):
+    base, fake, pipeline = stack
+    configure(monkeypatch, BATCH_MAX_PAGES="4")
+    for n in range(10):
+        deliver(base, url(n), page(n, " The relay hums." * 40))   # ~170 tokens a page
+    tick = pipeline.tick(execute=False)
+    assert [len(batch_pages(r)) for r in tick.result.run_requests] == [4, 4, 2]
+    assert len({r.run_key for r in tick.result.run_requests}) == 3
+
+    conn.execute("UPDATE pages SET leased_until = now()")
+    configure(monkeypatch, BATCH_MAX_PAGES="500", BATCH_MAX_TOKENS="1000")
+    chars = conn.execute("SELECT max(text_chars) FROM deliveries").fetchone()[0]
+    per_batch = 1000 // -(-chars // 4)
+    tick = pipeline.tick(execute=False)
+    sizes = [len(batch_pages(r)) for r in tick.result.run_requests]
+    assert 1 < per_batch < 10 and sum(sizes) == 10 and max(sizes) == per_batch
+
+
+def test_a_batch_run_that_ended_early_frees_its_pages_and_counts_a_try(stack, conn):
+    base, fake, pipeline = stack
+    deliver(base, url(1), page(1))
+    deliver(base, url(2), page(2))
+    tick = pipeline.tick(execute=False)
+    request = tick.result.run_requests[0]
+    # A run of that batch that dies before applying anything (here: config it cannot read).
+    broken = {"ops": {"index_pages": {"config": {**request.run_config["ops"]["index_pages"]["config"],
+                                                 "attempts": [0]}}}}
+    outcome = pipeline.job.execute_in_process(run_config=broken, instance=pipeline.instance, tags=request.tags,
+                                              raise_on_error=False)
+    assert not outcome.success
+    pipeline.report_failure(outcome.dagster_run)
+    assert conn.execute("SELECT count(*) FROM pages WHERE leased_until IS NOT NULL").fetchone()[0] == 0
+    rows = conn.execute("SELECT outcome, attempts, retry_at IS NOT NULL, error FROM deliveries ORDER BY id").fetchall()
+    assert [r[:3] for r in rows] == [("failed", 1, True), ("failed", 1, True)]
+    assert "ended before applying this page" in rows[0][3]
+    pipeline.report_failure(outcome.dagster_run)    # reported again: counted once
+    assert conn.execute("SELECT max(attempts) FROM deliveries").fetchone()[0] == 1
+    retry = pipeline.tick()                          # retries due at once (RUN_RETRY_BACKOFF_S=0)
+    assert sorted(retry.partitions) == [url(1), url(2)]
+    assert conn.execute("SELECT array_agg(DISTINCT outcome) FROM deliveries").fetchone()[0] == ["embedded"]
+    assert get_settings().batch_lease_s == 1800.0
