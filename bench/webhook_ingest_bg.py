@@ -1,5 +1,5 @@
 """Keeps the Dagster pipeline busy while the webhook bench loads the receiver: a real instance
-ticks delivery_sensor and executes the index_page runs it asks for, against the bench database,
+ticks delivery_sensor and executes the index_batch runs it asks for, against the bench database,
 until its deadline (bounded: it stops by itself). Run by `webhook_load.py --with-ingestion`.
 
     DATABASE_URL=… EMBEDDING_PROVIDER=hash python bench/webhook_ingest_bg.py SECONDS
@@ -21,7 +21,7 @@ def main(seconds: float) -> None:
 
     defs = build()
     sensor = defs.resolve_sensor_def("delivery_sensor")
-    job = defs.resolve_job_def("index_page")
+    job = defs.resolve_job_def("index_batch")
     deadline = time.monotonic() + seconds
     ticks = runs = 0
     with dg.instance_for_test() as instance:
@@ -34,14 +34,14 @@ def main(seconds: float) -> None:
             for request in result.run_requests or []:
                 if time.monotonic() >= deadline:
                     break
-                job.execute_in_process(partition_key=request.partition_key, instance=instance, tags=request.tags)
+                job.execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags)
                 runs += 1
                 # The bench stops this process at its own end: the last line must be current.
-                print(f"ingestion: {ticks} sensor ticks, {runs} index_page runs so far", flush=True)
-            print(f"ingestion: {ticks} sensor ticks, {runs} index_page runs so far", flush=True)
+                print(f"ingestion: {ticks} sensor ticks, {runs} index_batch runs so far", flush=True)
+            print(f"ingestion: {ticks} sensor ticks, {runs} index_batch runs so far", flush=True)
             if not result.run_requests:
                 time.sleep(0.2)
-    print(f"ingestion: {ticks} sensor ticks, {runs} index_page runs in {seconds:.0f} s", flush=True)
+    print(f"ingestion: {ticks} sensor ticks, {runs} index_batch runs in {seconds:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

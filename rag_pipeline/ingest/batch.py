@@ -131,6 +131,9 @@ def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
                            (PAGE_LOCK_CLASS, item.page_url)).fetchone()[0]
         conn.commit()
         if not got:
+            # A run whose lease ran out still works on it: hand the page back for a later batch.
+            if batch_key is not None:
+                _release(conn, item.page_url, batch_key)
             yield Skipped(item.page_url, "another run is applying this page")
             continue
         yield _Page(item)

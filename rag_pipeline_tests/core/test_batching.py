@@ -1,0 +1,48 @@
+"""Cutting a tick's changed pages into batches, and splitting a shared embedding bill."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rag_pipeline.core.batching import WorkItem, apportion, plan_batches
+
+
+def items(*chars: int) -> list[WorkItem]:
+    return [WorkItem(f"https://a.example.com/{i}", i + 1, 0, c) for i, c in enumerate(chars)]
+
+
+def test_batches_keep_order_and_respect_both_bounds():
+    work = items(400, 400, 400, 400, 400)          # 100 tokens each
+    assert [len(b) for b in plan_batches(work, max_pages=2, max_tokens=10_000)] == [2, 2, 1]
+    assert [len(b) for b in plan_batches(work, max_pages=10, max_tokens=250)] == [2, 2, 1]
+    assert [i.delivery_id for b in plan_batches(work, 2, 10_000) for i in b] == [1, 2, 3, 4, 5]
+
+
+def test_a_page_over_the_token_bound_gets_a_batch_of_its_own():
+    batches = plan_batches(items(40, 40_000, 40), max_pages=10, max_tokens=100)
+    assert [[i.delivery_id for i in b] for b in batches] == [[1], [2], [3]]
+
+
+def test_bounds_must_be_positive():
+    with pytest.raises(ValueError):
+        plan_batches(items(1), max_pages=0, max_tokens=1)
+
+
+@given(st.integers(0, 10_000), st.lists(st.integers(0, 5_000), min_size=1, max_size=40))
+def test_apportion_sums_exactly_and_follows_the_weights(total, weights):
+    shares = apportion(total, weights)
+    assert sum(shares) == total and len(shares) == len(weights)
+    whole = sum(weights) or len(weights)
+    for share, weight in zip(shares, weights):
+        exact = total * (weight if sum(weights) else 1) / whole
+        assert abs(share - exact) < 1
+
+
+def test_apportion_examples():
+    assert apportion(10, [1, 1, 1]) == [4, 3, 3]
+    assert apportion(1, [3, 1]) == [1, 0]
+    assert apportion(0, [5, 5]) == [0, 0]
+    with pytest.raises(ValueError):
+        apportion(1, [])

@@ -1,0 +1,177 @@
+"""Batch runs through the real Dagster daemon: its sensor ticks, its run launcher, its worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import psycopg
+import pytest
+
+from rag_pipeline.settings import Settings
+from rag_pipeline.store import db
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.harness import TOKEN, configure, deliver
+from rag_pipeline_tests.servers import serve
+from webhook_sensor.app import create_app
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def url(n: int) -> str:
+    return f"https://docs.example.com/daemon/{n}"
+
+
+def page(n: int, extra: str = "") -> str:
+    return (f"# Page {n}\n\nPage {n} explains the heron gate number {n}.{extra}\n\n"
+            f"## Setup\n\nGate {n} opens at {n % 12} o'clock and closes at dusk.")
+
+
+class Daemon:
+    def __init__(self, proc: subprocess.Popen, instance: dg.DagsterInstance, log: Path):
+        self.proc, self.instance, self.log = proc, instance, log
+
+    def wait(self, condition, timeout_s: float, what: str):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                pytest.fail(f"the daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}")
+            time.sleep(0.05)
+        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.tail()}")
+
+    def batch_runs(self) -> list[dg.DagsterRun]:
+        return sorted(self.instance.get_runs(filters=dg.RunsFilter(job_name="index_batch")),
+                      key=lambda r: r.run_id)
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+
+@pytest.fixture
+def stack(database_url, tmp_path, monkeypatch):
+    """Receiver and fake embedder on loopback, and `dagster-daemon run` on the repo's workspace."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(CHECKOUT / "dagster.yaml", home / "dagster.yaml")
+    dagster_url = db.as_url(db.with_database(database_url, f"dagster_{uuid.uuid4().hex[:8]}"))
+    db.ensure_database(dagster_url)
+    with FakeOpenAI(dimensions=64) as fake:
+        env = dict(
+            DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
+            OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0",
+            RUN_RETRY_BACKOFF_S="0", BATCH_LEASE_S="20", DAGSTER_HOME=str(home),
+            DAGSTER_POSTGRES_URL=dagster_url, RAG_HOME=str(tmp_path / "rag_home"),
+        )
+        configure(monkeypatch, **env)
+        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
+        log = tmp_path / "daemon.log"
+        with serve(app, health_path="/healthz") as base, log.open("w") as out:
+            instance = dg.DagsterInstance.from_config(str(home))
+
+            def start() -> Daemon:
+                proc = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(CHECKOUT / "workspace.yaml")],
+                                        cwd=CHECKOUT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+                daemons.append(proc)
+                return Daemon(proc, instance, log)
+
+            daemons: list[subprocess.Popen] = []
+            try:
+                yield base, fake, start
+            finally:
+                for proc in daemons:
+                    _kill_group(proc)
+                instance.dispose()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def applied(conn, n: int) -> bool:
+    return conn.execute("SELECT count(*) FROM deliveries WHERE outcome = 'embedded'").fetchone()[0] >= n
+
+
+def test_one_daemon_run_applies_the_tick_each_page_on_its_partition_a_poisoned_one_alone(stack, conn):
+    base, fake, start = stack
+    fake.poison("cormorant")
+    for n in range(20):
+        deliver(base, url(n), page(n, " A cormorant nests here." if n == 7 else ""))
+    daemon = start()   # everything is delivered before the first tick: one tick's worth of pages
+
+    runs = daemon.wait(lambda: [r for r in daemon.batch_runs() if r.is_finished] or None, 120, "the batch run")
+    assert len(daemon.batch_runs()) == 1
+    assert runs[0].status == dg.DagsterRunStatus.FAILURE       # red: one page needs a look
+    outcomes = dict(conn.execute("SELECT page_url, outcome FROM deliveries").fetchall())
+    assert outcomes.pop(url(7)) == "failed" and set(outcomes.values()) == {"embedded"}
+    for n in range(20):
+        records = daemon.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("embeddings"), asset_partitions=[url(n)]), limit=5).records
+        if n == 7:
+            assert records == []
+            continue
+        (record,) = records
+        chunks = conn.execute("SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s",
+                              (url(n),)).fetchone()[0]
+        meta = record.asset_materialization.metadata
+        assert record.run_id == runs[0].run_id and meta["chunks_total"].value == chunks > 0
+        assert meta["status"].value == "switched"
+    assert set(daemon.instance.get_dynamic_partitions("pages")) == {url(n) for n in range(20)}
+
+
+def test_a_batch_killed_mid_way_leaves_pages_switched_or_due_and_the_retry_finishes(stack, conn):
+    base, fake, start = stack
+    pages = 120
+    for n in range(pages):
+        deliver(base, url(n), page(n))
+    daemon = start()
+
+    def switched_some() -> list | None:
+        runs = daemon.batch_runs()
+        if not runs:
+            return None
+        events = daemon.instance.all_logs(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        done = [e for e in events if e.dagster_event.asset_key == dg.AssetKey("embeddings")]
+        return [runs[0], events] if done else None
+
+    run, events = daemon.wait(switched_some, 120, "the first page switched in")
+    worker = next(e.dagster_event.pid for e in events if e.dagster_event.pid)
+    os.kill(worker, signal.SIGKILL)
+    killed_at = time.monotonic()
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as peek:
+        rows = peek.execute(
+            "SELECT p.indexed_hash IS NOT DISTINCT FROM p.source_hash AND p.indexed_hash IS NOT NULL, d.outcome"
+            " FROM deliveries d JOIN pages p ON p.url = d.page_url").fetchall()
+    # Right after the kill: every page is either switched in (its delivery applied) or still due.
+    assert all((switched and outcome == "embedded") or (not switched and outcome == "queued")
+               for switched, outcome in rows), rows
+    unswitched = sum(1 for switched, _ in rows if not switched)
+    assert 0 < unswitched < pages, "the kill landed before or after the batch; nothing mid-way was tested"
+
+    daemon.wait(lambda: applied(conn, pages), 150, "every page applied after the kill")
+    assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash = source_hash").fetchone()[0] == pages
+    assert conn.execute("SELECT count(DISTINCT outcome) FROM deliveries").fetchone()[0] == 1
+    # A page the killed run switched in was not applied again.
+    once = conn.execute("SELECT count(*) FROM embedding_ledger").fetchone()[0]
+    assert once == pages
+    assert time.monotonic() - killed_at < 150
