@@ -175,3 +175,31 @@ def test_a_batch_killed_mid_way_leaves_pages_switched_or_due_and_the_retry_finis
     once = conn.execute("SELECT count(*) FROM embedding_ledger").fetchone()[0]
     assert once == pages
     assert time.monotonic() - killed_at < 150
+
+
+def test_a_page_delivered_again_while_a_batch_holds_it_is_applied_after_it_newest_last(stack, conn):
+    base, fake, start = stack
+    fake.delay(4.0)                      # the batch holds the page while its embedding is slow
+    deliver(base, url(1), page(1))
+    daemon = start()
+
+    def sourced():
+        runs = daemon.batch_runs()
+        events = runs and daemon.instance.all_logs(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        return runs[0] if events else None
+
+    first = daemon.wait(sourced, 90, "the first batch to take the page")
+    deliver(base, url(1), page(1, " Revised: the gate moved to the pier."))
+    daemon.wait(lambda: applied(conn, 2), 120, "both crawls applied")
+
+    rows = conn.execute("SELECT outcome, applied_at FROM deliveries ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["embedded", "embedded"] and rows[0][1] < rows[1][1]
+    assert "Revised" in conn.execute("SELECT source_text FROM pages").fetchone()[0]
+    runs = daemon.wait(lambda: [r for r in daemon.batch_runs() if r.is_finished] == daemon.batch_runs()
+                       and daemon.batch_runs(), 60, "the runs to finish")
+    assert len(runs) == 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    records = {r.run_id: daemon.instance.get_run_record_by_id(r.run_id) for r in runs}
+    second = next(r for r in runs if r.run_id != first.run_id)
+    # Never two batches on one page at once: the second started after the first had finished.
+    assert records[second.run_id].start_time >= records[first.run_id].end_time
+    assert conn.execute("SELECT count(*) FROM embedding_ledger").fetchone()[0] == 2
