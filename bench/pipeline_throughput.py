@@ -344,7 +344,7 @@ def postmaster_pid(url: str) -> int | None:
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        parent = psutil.Process(backend).parent()
+            parent = psutil.Process(backend).parent()   # while the backend lives
         return parent.pid if parent else None
     except (psycopg.Error, psutil.Error):
         return None
@@ -765,8 +765,9 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
         monitor.start()
         stack.callback(monitor.stop)
         first_tick = wait_for_first_tick(dagster_url, daemon)
-        print(f"dagster: daemon up, first delivery_sensor tick {first_tick - t_start:.1f} s after its start")
         pg = postmaster_pid(url)
+        print(f"dagster: daemon up, first delivery_sensor tick {first_tick - t_start:.1f} s after its start "
+              f"(postmaster {pg or 'not found: no postgres CPU figure'})")
 
         def on_timeout() -> str:
             return pending_report(url, dagster_url, daemon)
@@ -925,7 +926,7 @@ def print_phase(phase: PhaseResult) -> None:
               f"p95 {percentile(p, 95):.1f} s")
     print(f"  embedding requests {phase.fake_requests}, tokens {phase.fake_tokens:,}; "
           f"load average after {phase.load[0]:.2f} {phase.load[1]:.2f} {phase.load[2]:.2f}")
-    print("  CPU seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in phase.cpu.items() if abs(v) >= 0.05)
+    print("  CPU seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in phase.cpu.items() if abs(v) >= 0.05 or k == "postgres")
           + f"; total {sum(phase.cpu.values()):.1f} in {phase.settled_at - phase.t0:.1f} s wall")
     for line in phase.queries:
         print(f"  {line}")

@@ -399,7 +399,8 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
         targets, skipped = register_seeds(conn, seeds, rules)
         for line in skipped:
             click.echo(f"alias, not pushed: {line}")
-        click.echo(f"registered {len(seeds)} page(s)")
+        aliases = f" ({len(skipped)} of them redirect{'s' if len(skipped) == 1 else ''} elsewhere: not pushed)" if skipped else ""
+        click.echo(f"registered {len(seeds)} page(s){aliases}")
         if no_push or not targets:
             return
         try:

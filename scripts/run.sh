@@ -19,15 +19,24 @@ pids=()
 cleanup() {
   trap - EXIT INT TERM
   for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
+  # Whatever still runs after 15 s (a stuck run worker) is killed.
+  for _ in $(seq 1 30); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.5
+  done
+  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
 
-"$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
+DEFAULT_SIGNALS=("$BIN/python" scripts/reset_signals.py)
+"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
 pids+=($!)
-"$BIN/python" -m rag_pipeline.crawl.site --root samples/site --port "$SITE_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.site --root samples/site --port "$SITE_PORT" &
 pids+=($!)
-"$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
 pids+=($!)
 
 wait_for() {  # url, seconds
