@@ -247,10 +247,9 @@ def start_receiver(env: dict[str, str], logdir: Path, name: str) -> tuple[Servic
 # -- measuring -----------------------------------------------------------------------------------
 
 
+# The daemon starts the code server (`dagster api grpc`), which evaluates the sensors and starts
+# each run worker as a multiprocessing spawn child.
 ROLE_DAEMON, ROLE_CODE, ROLE_WORKER, ROLE_OTHER = "daemon", "code server", "run worker", "other"
-# Where the CPU of a process's reaped children goes: the daemon's child is the code server, whose
-# children are the run workers (multiprocessing spawn children of the gRPC server).
-CHILD_ROLE = {ROLE_DAEMON: ROLE_CODE, ROLE_CODE: ROLE_WORKER}
 
 
 def daemon_role(p: psutil.Process, root_pid: int) -> str:
@@ -275,6 +274,7 @@ class TreeMonitor(threading.Thread):
         self.service, self.role = service, role
         self.stopping = threading.Event()
         self.peak: dict[int, tuple[str, int]] = {}
+        self.cpu: dict[int, tuple[str, float]] = {}    # pid → (role, CPU seconds at its last sample)
         self.peak_total = 0
 
     def run(self) -> None:
@@ -295,13 +295,24 @@ class TreeMonitor(threading.Thread):
         for p in procs:
             try:
                 rss = p.memory_info().rss
+                t = p.cpu_times()
                 role = self.peak.get(p.pid, (None,))[0] or self.role(p, self.service.pid)
             except psutil.Error:
                 continue
             total += rss
+            self.cpu[p.pid] = (role, t.user + t.system)
             if rss > self.peak.get(p.pid, ("", 0))[1]:
                 self.peak[p.pid] = (role, rss)
         self.peak_total = max(self.peak_total, total)
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds so far of every process seen (one that exited: as of its last sample, so
+        at most 0.5 s of its time is missed), by role."""
+        self.sample()
+        out: Counter = Counter()
+        for role, seconds in list(self.cpu.values()):
+            out[ROLE_OTHER if role.startswith(ROLE_OTHER) else role] += seconds
+        return out
 
     def by_role(self) -> dict[str, tuple[int, int]]:
         """role → (processes seen, max RSS of any one of them)."""
@@ -312,9 +323,9 @@ class TreeMonitor(threading.Thread):
         return out
 
 
-def tree_cpu(root_pid: int | None, role: Callable[[psutil.Process, int], str] | None = None) -> dict[str, float]:
-    """CPU seconds so far of a process tree by role: each live process's own time, and its reaped
-    children's time (counted by the kernel on the parent) to the children's role."""
+def tree_cpu(root_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of a long-lived process tree (a server): each live process's own time and
+    its reaped children's (counted by the kernel on the parent)."""
     out: Counter = Counter()
     if root_pid is None:
         return out
@@ -326,12 +337,9 @@ def tree_cpu(root_pid: int | None, role: Callable[[psutil.Process, int], str] | 
     for p in procs:
         try:
             t = p.cpu_times()
-            r = role(p, root_pid) if role else "all"
         except psutil.Error:
             continue
-        r = ROLE_OTHER if r.startswith(ROLE_OTHER) else r
-        out[r] += t.user + t.system
-        out[CHILD_ROLE.get(r, r) if role else "all"] += t.children_user + t.children_system
+        out["all"] += t.user + t.system + t.children_user + t.children_system
     return out
 
 
@@ -776,13 +784,12 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
                                        ("recrawl", recrawl, expected_recrawl)):
             quiesce(dagster_url)
             before_runs, before_event = dagster_marks(dagster_url)
-            cpu_before = (tree_cpu(daemon.pid, daemon_role), tree_cpu(receiver.pid), tree_cpu(pg),
-                          _self_cpu())
+            cpu_before = (monitor.cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
             fake_before = (fake.requests, fake.total_tokens)
             phase = run_phase(f"dagster {name}", url, base, bodies, expected, args.timeout, on_timeout,
                               args.sample_queries)
             quiesce(dagster_url)
-            cpu_after = (tree_cpu(daemon.pid, daemon_role), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
+            cpu_after = (monitor.cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
             phase.fake_requests = fake.requests - fake_before[0]
             phase.fake_tokens = fake.total_tokens - fake_before[1]
             phase.cpu = {**{f"dagster {k}": v for k, v in cpu_delta(cpu_after[0], cpu_before[0]).items()},
@@ -905,6 +912,32 @@ def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, 
     return out
 
 
+def code_version() -> str:
+    """HEAD and the uncommitted changes of the code the runs load (the tree may be edited
+    meanwhile: run workers import it when they start)."""
+    import hashlib
+
+    def git(*argv: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True,
+                                  timeout=30).stdout.rstrip("\n")
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "rag_pipeline", "webhook_sensor", "sql",
+                                      "dagster.yaml", "workspace.yaml", "pyproject.toml").splitlines()]
+    if not dirty:
+        return head
+    digest = hashlib.sha256()
+    for name in sorted(dirty):
+        path = ROOT / name
+        digest.update(name.encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return f"{head} + uncommitted {', '.join(sorted(dirty))} (content {digest.hexdigest()[:10]})"
+
+
 # -- report --------------------------------------------------------------------------------------
 
 
@@ -1015,7 +1048,7 @@ def print_breakdown(d: dict[str, float], p: dict[str, float]) -> None:
         print(f"    {label:50} dagster {dv:7.1f}   plain {pv:7.1f}   x{dv / pv if pv else float('nan'):.2f}")
     print(f"  per run (dagster, summed over {int(d.get('runs', 0)) or '?'} runs): tick→enqueued "
           f"{d.get('tick→enqueued', 0):.1f} s, enqueued→dequeued {d.get('enqueued→dequeued', 0):.1f} s, "
-          f"dequeued→RUN_START {d.get('dequeued→RUN_START', 0):.1f} s, RUN_START→STEP_START "
+          f"dequeued→RUN_START {d.get('dequeued→RUN_START', 0):.1f} s, RUN_START→STEP_START (embedding_api pool slot) "
           f"{d.get('startup', 0):.1f} s, last switch→RUN_END {d.get('end', 0):.1f} s")
     print(f"  plain loop: {int(p.get('passes', 0))} routing passes ({p.get('route', 0):.1f} s routing), "
           f"{int(p.get('batches', 0))} batches, {p.get('batch wall', 0):.1f} s applying")
@@ -1063,6 +1096,8 @@ def main() -> int:
     print(f"pipeline throughput: {len(pages)} pages, {sum(tokens):,} tokens (min {min(tokens)}, median "
           f"{int(percentile(tokens, 50))}, max {max(tokens)}), {len(changed)} changed in the recrawl; "
           f"corpus built in {time.time() - t:.1f} s")
+    version = code_version()
+    print(f"code: {version}")
     print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"dagster.yaml: max_concurrent_runs 4, pool embedding_api 2")
 
@@ -1073,7 +1108,7 @@ def main() -> int:
             dag = run_dagster(pages, initial, recrawl, expected_initial, expected_recrawl, fake, args, work)
             print(f"dagster path done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             plain = run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work)
-        status = report(dag, plain, len(changed))
+        status = report(dag, plain, len(changed), version)
     except BenchFailure as exc:
         print(f"\nFAILED: {exc}", flush=True)
     except KeyboardInterrupt as exc:
@@ -1087,7 +1122,7 @@ def main() -> int:
     return status
 
 
-def report(dag: dict, plain: dict, changed: int) -> int:
+def report(dag: dict, plain: dict, changed: int, version: str) -> int:
     print()
     figures = {}
     for name in ("initial load", "recrawl"):
@@ -1136,6 +1171,10 @@ def report(dag: dict, plain: dict, changed: int) -> int:
     print(f"  recrawl: changed pages searchable after {d1.searchable_s:.1f} s (dagster) vs "
           f"{p1.searchable_s:.1f} s (plain); all {d1.delivered} deliveries settled after "
           f"{d1.settled_at - d1.t0:.1f} s vs {p1.settled_at - p1.t0:.1f} s")
+    now = code_version()
+    if now != version:
+        print(f"WARNING: the code changed during the bench (was {version}, now {now}): its runs may have "
+              "loaded different versions")
     print(f"THROUGHPUT dagster={d0.pages_per_min:.0f} pages/min plain={p0.pages_per_min:.0f} pages/min "
           f"ratio={ratio:.2f} searchable_p95={p95:.1f} s")
     return 0

@@ -60,6 +60,11 @@ def test_one_run_applies_a_tick_of_changed_pages_each_on_its_partition(stack, co
         assert meta["embeddings"]["status"].value == "switched"
         assert meta["embeddings"]["chunks_total"].value == chunks == meta["embeddings"]["chunks_embedded"].value
         assert meta["embeddings"]["tokens_embedded"].value > 0
+    # The asset views the UI reads: every partition materialized, the latest event from this run.
+    for asset in ("pages", "chunks", "embeddings"):
+        key = dg.AssetKey(asset)
+        assert pipeline.instance.get_materialized_partitions(key) == {url(n) for n in range(30)}
+        assert pipeline.instance.get_latest_materialization_event(key).run_id == run_id
     # Each page's share of the shared requests adds up to what the requests cost.
     ledger_tokens, ledger_requests = conn.execute(
         "SELECT sum(tokens_embedded), sum(requests) FROM embedding_ledger").fetchone()

@@ -17,6 +17,7 @@ import dagster as dg
 
 from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.defs.index.assets import chunks, embeddings, pages
+from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
@@ -63,42 +64,20 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
     retry = RetryPolicy(settings.run_retry_max_attempts, settings.run_retry_backoff_s)
     counts: Counter = Counter()
     failed: list[Failed] = []
-    noted: set[int] = set()
+    noted: dict = {}   # the spaces seen in this run, and whether their note was logged
+    writer = EventWriter(context)
     with postgres.connect() as conn:
         events = apply_batch(
             conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
             chunk_budget=embedder.chunk_budget, max_page_bytes=settings.webhook_max_page_bytes,
             retry=retry, run_id=context.run_id,
         )
-        for event in events:
-            counts[type(event).__name__] += 1
-            if isinstance(event, Sourced):
-                yield dg.AssetMaterialization(asset_key=pages.key, partition=event.page_url,
-                                              metadata=source_metadata(event.result))
-            elif isinstance(event, Staged):
-                yield dg.AssetMaterialization(
-                    asset_key=chunks.key, partition=event.page_url,
-                    metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
-            elif isinstance(event, Switched):
-                space = spaces.by_id(conn, event.result.space_id) if event.result.space_id else None
-                conn.commit()
-                note = embedder.note(space)
-                if note and space.space_id not in noted:
-                    noted.add(space.space_id)
-                    context.log.info(note)
-                yield dg.AssetMaterialization(asset_key=embeddings.key, partition=event.page_url,
-                                              metadata=switch_metadata(event.result, space, note))
-            elif isinstance(event, Failed):
-                failed.append(event)
-                context.log.warning(f"{event.page_url}: {event.step} failed "
-                                    f"({'retried later' if event.failure.retryable else 'not retried'}): "
-                                    f"{event.failure.reason}")
-                yield dg.AssetObservation(
-                    asset_key=_FAILED_STEP_ASSET[event.step], partition=event.page_url,
-                    metadata={"status": "failed", "error": event.failure.reason[:2000],
-                              "retryable": event.failure.retryable, "delivery_id": event.delivery_id or 0})
-            elif isinstance(event, Skipped):
-                context.log.info(f"{event.page_url}: skipped, {event.reason}")
+        try:
+            for event in events:
+                counts[type(event).__name__] += 1
+                _report(context, conn, embedder, writer, event, failed, noted)
+        finally:
+            writer.flush()   # what was done is reported, also when the run dies of an error
     switched = counts["Switched"]
     context.log.info(f"{len(items)} page(s): {switched} switched, {len(failed)} failed, "
                      f"{counts['Skipped']} skipped")
@@ -112,6 +91,47 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
             metadata={"pages_failed": len(failed), "pages_switched": switched},
             allow_retries=False,
         )
+
+
+def _space(conn, space_id: int | None, seen: dict):
+    """The space a page switched into (a batch switches hundreds of pages into one or two)."""
+    if space_id is None:
+        return None
+    if space_id not in seen:
+        seen[space_id] = spaces.by_id(conn, space_id)
+        conn.commit()
+    return seen[space_id]
+
+
+def _report(context, conn, embedder, writer: EventWriter, event, failed: list, noted: dict) -> None:
+    """One step of one page, as the UI shows it: a materialization on the page's partition, or an
+    observation with `status: failed` on the asset whose step failed."""
+    if isinstance(event, Sourced):
+        writer.add(dg.AssetMaterialization(asset_key=pages.key, partition=event.page_url,
+                                           metadata=source_metadata(event.result)))
+    elif isinstance(event, Staged):
+        writer.add(dg.AssetMaterialization(
+            asset_key=chunks.key, partition=event.page_url,
+            metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)))
+    elif isinstance(event, Switched):
+        space = _space(conn, event.result.space_id, noted)
+        note = embedder.note(space)
+        if note and ("noted", space.space_id) not in noted:
+            noted[("noted", space.space_id)] = True
+            context.log.info(note)
+        writer.add(dg.AssetMaterialization(asset_key=embeddings.key, partition=event.page_url,
+                                           metadata=switch_metadata(event.result, space, note)))
+    elif isinstance(event, Failed):
+        failed.append(event)
+        context.log.warning(f"{event.page_url}: {event.step} failed "
+                            f"({'retried later' if event.failure.retryable else 'not retried'}): "
+                            f"{event.failure.reason}")
+        writer.add(dg.AssetObservation(
+            asset_key=_FAILED_STEP_ASSET[event.step], partition=event.page_url,
+            metadata={"status": "failed", "error": event.failure.reason[:2000],
+                      "retryable": event.failure.retryable, "delivery_id": event.delivery_id or 0}))
+    elif isinstance(event, Skipped):
+        context.log.info(f"{event.page_url}: skipped, {event.reason}")
 
 
 @dg.job(
