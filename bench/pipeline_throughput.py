@@ -23,6 +23,7 @@ Dagster cost is.
 
     .venv/bin/python bench/pipeline_throughput.py [--pages 2000] [--changed-fraction 0.1]
                                                   [--timeout 900] [--keep] [--seed 7] [--sample-queries]
+                                                  [--code-rev REV]
 
 The last line is `THROUGHPUT dagster=… pages/min plain=… pages/min ratio=… searchable_p95=… s`
 (initial load). DATABASE_URL set: the bench databases are made on that server instead (a
@@ -53,7 +54,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# The code the pipeline's processes run: the checkout, or (--code-rev) a `git archive` of one commit.
+CODE = Path(os.environ.get("BENCH_CODE_ROOT") or ROOT)
+sys.path.insert(0, str(CODE))
 
 import httpx  # noqa: E402
 import psutil  # noqa: E402
@@ -147,7 +150,7 @@ class Service:
     """A subprocess in its own session: stopped by its process group, SIGTERM then SIGKILL, and
     any descendant seen meanwhile that escaped the group is killed by its pid."""
 
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], logdir: Path, cwd: Path = ROOT):
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], logdir: Path, cwd: Path):
         self.name = name
         self.out_path, self.err_path = logdir / f"{name}.out", logdir / f"{name}.err"
         self._out, self._err = open(self.out_path, "wb"), open(self.err_path, "wb")
@@ -215,9 +218,11 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
-def base_env(database_url: str, rag_home: Path, fake_url: str) -> dict[str, str]:
+def base_env(database_url: str, rag_home: Path, fake_url: str, code: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DAGSTER_", "EMBEDDING_", "OPENAI_", "ANSWER_", "WEBHOOK_", "CRAWL"))}
+    if code != ROOT:   # ahead of the checkout's editable install
+        env.update({"PYTHONPATH": str(code), "BENCH_CODE_ROOT": str(code)})
     env.update({
         "DATABASE_URL": database_url, "RAG_HOME": str(rag_home), "EMBEDDING_PROVIDER": "openai",
         "OPENAI_API_KEY": "sk-bench", "OPENAI_BASE_URL": fake_url, "EMBEDDING_DIMENSIONS": str(DIMENSIONS),
@@ -226,10 +231,10 @@ def base_env(database_url: str, rag_home: Path, fake_url: str) -> dict[str, str]
     return env
 
 
-def start_receiver(env: dict[str, str], logdir: Path, name: str) -> tuple[Service, str]:
+def start_receiver(env: dict[str, str], logdir: Path, name: str, code: Path) -> tuple[Service, str]:
     port = free_port()
     service = Service(name, [str(BIN / "rag-pipeline"), "webhook", "--host", "127.0.0.1", "--port", str(port)],
-                      env, logdir)
+                      env, logdir, cwd=code)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -751,7 +756,7 @@ def dagster_marks(dagster_url: str) -> tuple[set[str], int]:
 
 def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: list[tuple[str, bytes]],
                 expected_initial: dict[str, str], expected_recrawl: dict[str, str], fake, args,
-                work: Path) -> dict:
+                work: Path, code: Path) -> dict:
     from bench.database import bench_database
 
     out: dict = {}
@@ -760,14 +765,14 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
         dagster_url = stack.enter_context(dagster_database(url))
         home = work / "dagster_home"
         home.mkdir()
-        shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-        env = base_env(url, work / "rag_home_dagster", fake.base_url)
+        shutil.copy(code / "dagster.yaml", home / "dagster.yaml")
+        env = base_env(url, work / "rag_home_dagster", fake.base_url, code)
         env.update({"DAGSTER_HOME": str(home), "DAGSTER_POSTGRES_URL": dagster_url})
-        receiver, base = start_receiver(env, work, "receiver-dagster")
+        receiver, base = start_receiver(env, work, "receiver-dagster", code)
         stack.callback(receiver.stop)
         t_start = time.time()
-        daemon = Service("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")],
-                         env, work, cwd=ROOT)
+        daemon = Service("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(code / "workspace.yaml")],
+                         env, work, cwd=code)
         stack.callback(daemon.stop)
         monitor = TreeMonitor(daemon, daemon_role)
         monitor.start()
@@ -865,16 +870,17 @@ def plain_loop_main() -> int:
     return 0
 
 
-def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work: Path) -> dict:
+def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work: Path, code: Path) -> dict:
     from bench.database import bench_database
 
     out: dict = {}
     with ExitStack() as stack:
         url = stack.enter_context(bench_database("bench_tput_plain"))
-        env = base_env(url, work / "rag_home_plain", fake.base_url)
-        receiver, base = start_receiver(env, work, "receiver-plain")
+        env = base_env(url, work / "rag_home_plain", fake.base_url, code)
+        receiver, base = start_receiver(env, work, "receiver-plain", code)
         stack.callback(receiver.stop)
-        loop = Service("plain-loop", [sys.executable, str(Path(__file__).resolve()), "--plain-loop"], env, work)
+        loop = Service("plain-loop", [sys.executable, str(Path(__file__).resolve()), "--plain-loop"], env, work,
+                       cwd=code)
         stack.callback(loop.stop)
         deadline = time.monotonic() + 120
         while "ready" not in loop.out_path.read_text():
@@ -912,9 +918,24 @@ def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, 
     return out
 
 
-def code_version() -> str:
-    """HEAD and the uncommitted changes of the code the runs load (the tree may be edited
-    meanwhile: run workers import it when they start)."""
+def checkout_code(rev: str | None, work: Path) -> Path:
+    """The code the receiver, the daemon and the plain loop run: the checkout itself, or a clean
+    `git archive` of `rev` (other engineers' uncommitted edits then change nothing mid-run)."""
+    if not rev:
+        return ROOT
+    import io
+    import tarfile
+
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    dest = work / "code"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def code_version(rev: str | None = None) -> str:
+    """What the runs load: `rev`, or HEAD and the uncommitted changes of the checkout (which may be
+    edited meanwhile: run workers import it when they start)."""
     import hashlib
 
     def git(*argv: str) -> str:
@@ -924,6 +945,8 @@ def code_version() -> str:
         except (OSError, subprocess.SubprocessError):
             return ""
 
+    if rev:
+        return f"git archive of {rev} ({git('rev-parse', '--short', rev) or 'unknown'})"
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = [line[3:] for line in git("status", "--porcelain", "--", "rag_pipeline", "webhook_sensor", "sql",
                                       "dagster.yaml", "workspace.yaml", "pyproject.toml").splitlines()]
@@ -1062,6 +1085,9 @@ def main() -> int:
                         help="seconds each Dagster (and plain) phase may take before the bench fails")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, DAGSTER_HOME)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--code-rev", metavar="REV",
+                        help="run the receiver, daemon and plain loop from `git archive REV` instead of the "
+                             "checkout's working tree")
     parser.add_argument("--sample-queries", action="store_true",
                         help="sample pg_stat_activity every 50 ms and print where the database's time goes "
                              "(diagnosis; adds a little load)")
@@ -1096,7 +1122,7 @@ def main() -> int:
     print(f"pipeline throughput: {len(pages)} pages, {sum(tokens):,} tokens (min {min(tokens)}, median "
           f"{int(percentile(tokens, 50))}, max {max(tokens)}), {len(changed)} changed in the recrawl; "
           f"corpus built in {time.time() - t:.1f} s")
-    version = code_version()
+    version = code_version(args.code_rev)
     print(f"code: {version}")
     print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"dagster.yaml: max_concurrent_runs 4, pool embedding_api 2")
@@ -1105,10 +1131,11 @@ def main() -> int:
     status = 1
     try:
         with FakeOpenAI(dimensions=DIMENSIONS) as fake:
-            dag = run_dagster(pages, initial, recrawl, expected_initial, expected_recrawl, fake, args, work)
+            code = checkout_code(args.code_rev, work)
+            dag = run_dagster(pages, initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
             print(f"dagster path done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-            plain = run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work)
-        status = report(dag, plain, len(changed), version)
+            plain = run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
+        status = report(dag, plain, len(changed), version, frozen=bool(args.code_rev))
     except BenchFailure as exc:
         print(f"\nFAILED: {exc}", flush=True)
     except KeyboardInterrupt as exc:
@@ -1122,7 +1149,7 @@ def main() -> int:
     return status
 
 
-def report(dag: dict, plain: dict, changed: int, version: str) -> int:
+def report(dag: dict, plain: dict, changed: int, version: str, frozen: bool) -> int:
     print()
     figures = {}
     for name in ("initial load", "recrawl"):
@@ -1171,7 +1198,7 @@ def report(dag: dict, plain: dict, changed: int, version: str) -> int:
     print(f"  recrawl: changed pages searchable after {d1.searchable_s:.1f} s (dagster) vs "
           f"{p1.searchable_s:.1f} s (plain); all {d1.delivered} deliveries settled after "
           f"{d1.settled_at - d1.t0:.1f} s vs {p1.settled_at - p1.t0:.1f} s")
-    now = code_version()
+    now = version if frozen else code_version()
     if now != version:
         print(f"WARNING: the code changed during the bench (was {version}, now {now}): its runs may have "
               "loaded different versions")
