@@ -724,6 +724,7 @@ class DagsterStats:
     event_rows: int                  # every event_logs row written during the phase
     event_rows_batch: int            # rows of the phase's index_batch runs
     events_by_type: Counter
+    log_timeline: list[str] = field(default_factory=list)
 
 
 def dagster_stats(dagster_url: str, before_runs: set[str], before_event_id: int, t0: float) -> DagsterStats:
@@ -802,12 +803,62 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
                          "postgres": cpu_delta(cpu_after[2], cpu_before[2]).get("all", 0.0),
                          "bench (fake OpenAI, delivery, poller)": cpu_after[3] - cpu_before[3]}
             stats = dagster_stats(dagster_url, before_runs, before_event, phase.t0)
+            stats.log_timeline = daemon_log_timeline(daemon, phase.t0, phase.settled_at)
             out[name] = (phase, stats)
         out["rss"] = (monitor.by_role(), monitor.peak_total)
         out["tick_interval"] = _tick_intervals(dagster_url)
         if not daemon.alive():
             raise BenchFailure(f"dagster-daemon exited during the bench:\n{daemon.tail()}")
     return out
+
+
+_LOG_EVENTS = (
+    ("Checking for new runs for sensor: delivery_sensor", "tick starts"),
+    ("delivery_sensor - routed", "sensor returns"),
+    ("Added partition keys to dynamic partitions definition 'pages'", "daemon added the partitions"),
+    ("Completed launch of run", "run submitted"),
+    ("QueuedRunCoordinatorDaemon - INFO - Launched", "queue launched run(s)"),
+    ("No heartbeat received", "CODE SERVER SHUT DOWN: no heartbeat"),
+)
+
+
+def daemon_log_timeline(daemon: Service, t0: float, t1: float) -> list[str]:
+    """The daemon's and code server's log lines that time a tick (1 s resolution): when the
+    tick started, when the sensor function returned, when the daemon had added the partitions."""
+    import re
+    from datetime import datetime
+
+    stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4})")
+    color = re.compile(r"\x1b\[[0-9;]*m")
+    events = []
+    for path in (daemon.out_path, daemon.err_path):
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = color.sub("", line)
+            match = stamp.match(line)
+            if not match:
+                continue
+            ts = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S %z").timestamp()
+            if not t0 - 20 <= ts <= t1 + 1:
+                continue
+            for needle, label in _LOG_EVENTS:
+                if needle in line:
+                    detail = line.split(needle, 1)[1][:60].strip(" :'") if label != "tick starts" else ""
+                    events.append((ts, label, detail if label.startswith(("sensor", "queue")) else ""))
+    order = {label: i for i, (_, label) in enumerate(_LOG_EVENTS)}
+    events.sort(key=lambda e: (e[0], order[e[1]]))
+    # A tick start is worth a line only when that tick had work (the sensor logged what it routed).
+    keep = []
+    for i, (ts, label, detail) in enumerate(events):
+        if label == "tick starts":
+            following = next((e for e in events[i + 1:] if e[1] in ("tick starts", "sensor returns")), None)
+            if not following or following[1] != "sensor returns":
+                continue
+        keep.append(f"{ts - t0:6.0f} s  {label} {detail}".rstrip())
+    return keep
 
 
 def _tick_intervals(dagster_url: str) -> list[float]:
@@ -994,51 +1045,59 @@ def _rel(ts: float | None, t0: float) -> str:
 
 def print_dagster_runs(stats: DagsterStats, phase: PhaseResult) -> dict[str, float]:
     t0 = phase.t0
-    print(f"  runs: " + ", ".join(f"{job} {status}: {n}" for (job, status), n in sorted(stats.runs.items())))
+    print("  runs: " + ", ".join(f"{job} {status}: {n}" for (job, status), n in sorted(stats.runs.items())))
     for t in stats.ticks:
         if (t.get("timestamp") or 0) >= t0 - 16 and (t.get("timestamp") or 0) <= phase.settled_at:
             took = (t.get("end_timestamp") or 0) - (t.get("timestamp") or 0)
             print(f"    tick {_rel(t.get('timestamp'), t0)} s  {t.get('status'):8} "
                   f"{len(t.get('run_ids') or []):2d} run(s)" + (f", evaluation {took:.1f} s" if took > 0 else "")
                   + (f"  ({t.get('skip_reason')})" if t.get("skip_reason") else ""))
+    if stats.log_timeline:
+        print("  from the daemon's log (seconds after the first POST, 1 s resolution):")
+        for line in stats.log_timeline:
+            print(f"    {line}")
     pages_total = sum(r.pages for r in stats.batch_runs) or 1
     print(f"  event_logs rows: {stats.event_rows} written in the phase, {stats.event_rows_batch} by index_batch "
           f"runs = {stats.event_rows_batch / pages_total:.2f} per page applied "
           f"({stats.event_rows / pages_total:.2f} per page counting every row)")
     print("    by type: " + ", ".join(f"{k} {v}" for k, v in stats.events_by_type.most_common()))
-    print("  index_batch runs (seconds after the first POST; phases per run):")
-    print("    pages    tick  enqueued dequeued  RUN_START first-mat last-chunk 1st-switch last-switch RUN_END"
-          "  | launch  stage/page embed switch/page end")
-    agg = Counter()
+    print("  index_batch runs (seconds after the first POST; a materialization's time is when it was written,"
+          " which is a flush when events are written in batches):")
+    print("    pages    tick enqueued starting RUN_START STEP_START first-MAT  last-MAT STEP_END  RUN_END"
+          " | launch slot-wait op ms/page")
+    agg: Counter = Counter()
+    busy: list[tuple[float, float]] = []
     for r in stats.batch_runs:
         m, last = r.marks, r.last
-        start, enq = m.get("RUN_START"), m.get("RUN_ENQUEUED")
+        enq, start, step = m.get("RUN_ENQUEUED"), m.get("RUN_START"), m.get("STEP_START")
         deq = m.get("RUN_DEQUEUED") or m.get("RUN_STARTING")
-        first_mat, last_chunk = m.get("MAT pages"), last.get("MAT chunks")
-        first_sw, last_sw = m.get("MAT embeddings"), last.get("MAT embeddings")
+        mats = [v for k, v in m.items() if k.startswith("MAT ")]
+        last_mats = [v for k, v in last.items() if k.startswith("MAT ")]
+        step_end = m.get("STEP_SUCCESS") or m.get("STEP_FAILURE")
         end = m.get("RUN_SUCCESS") or m.get("RUN_FAILURE")
-        step = m.get("STEP_START")
-        n = max(r.pages, 1)
         launch = (start - enq) if start and enq else float("nan")
-        stage = (last_chunk - (step or start)) if last_chunk and (step or start) else float("nan")
-        embed = (first_sw - last_chunk) if first_sw and last_chunk else float("nan")
-        switch = (last_sw - first_sw) if first_sw and last_sw else float("nan")
-        tail = (end - last_sw) if end and last_sw else float("nan")
-        print(f"    {r.pages:5d} {_rel(r.tick_at, t0)} {_rel(enq, t0)} {_rel(deq, t0)} {_rel(start, t0)} "
-              f"{_rel(first_mat, t0)} {_rel(last_chunk, t0)} {_rel(first_sw, t0)} {_rel(last_sw, t0)} "
-              f"{_rel(end, t0)}  | {launch:6.1f} {stage / n * 1000:7.1f}ms {embed:5.1f} "
-              f"{switch / n * 1000:7.1f}ms {tail:4.1f}  {r.status}")
-        for k, v in (("launch", launch), ("stage", stage), ("embed", embed), ("switch", switch), ("end", tail),
-                     ("startup", (step - start) if step and start else float("nan"))):
-            if not math.isnan(v):
-                agg[k] += v
+        wait = (step - start) if step and start else float("nan")
+        op = (step_end - step) if step_end and step else float("nan")
+        print(f"    {r.pages:5d} {_rel(r.tick_at, t0)} {_rel(enq, t0)} {_rel(deq, t0)} {_rel(start, t0)}  "
+              f"{_rel(step, t0)}   {_rel(min(mats) if mats else None, t0)} {_rel(max(last_mats) if last_mats else None, t0)}"
+              f"  {_rel(step_end, t0)} {_rel(end, t0)} | {launch:6.1f} {wait:9.1f} {op / max(r.pages, 1) * 1000:7.1f}"
+              f"  {r.status}")
+        if step and step_end:
+            busy.append((step, step_end))
+            agg["op"] += op
+            agg["op pages"] += r.pages
+        for key, a, b in (("tick→enqueued", r.tick_at, enq), ("enqueued→starting", enq, deq),
+                          ("starting→RUN_START", deq, start), ("slot wait", start, step),
+                          ("STEP_END→RUN_END", step_end, end)):
+            if a and b:
+                agg[key] += b - a
         agg["pages"] += r.pages
-        if r.tick_at and enq:
-            agg["tick→enqueued"] += enq - r.tick_at
-        if deq and enq:
-            agg["enqueued→dequeued"] += deq - enq
-        if deq and start:
-            agg["dequeued→RUN_START"] += start - deq
+    # Wall time during which at least one op was applying pages (runs overlap, 2 at a time).
+    covered, edge = 0.0, float("-inf")
+    for a, b in sorted(busy):
+        covered += max(0.0, b - max(a, edge))
+        edge = max(edge, b)
+    agg["op busy wall"] = covered
     return dict(agg)
 
 
@@ -1062,19 +1121,19 @@ def plain_aggregates(lines: list[dict]) -> dict[str, float]:
 
 
 def print_breakdown(d: dict[str, float], p: dict[str, float]) -> None:
-    dn, pn = max(d.get("pages", 0), 1), max(p.get("pages", 0), 1)
-    print("  where a page's time goes, dagster index_batch runs vs the plain loop's batches (ms per page):")
-    for label, key in (("source + stage (incl. 2 materialization events)", "stage"),
-                       ("shared embedding requests + vector cache", "embed"),
-                       ("switch (incl. 1 materialization event)", "switch")):
-        dv, pv = d.get(key, 0) / dn * 1000, p.get(key, 0) / pn * 1000
-        print(f"    {label:50} dagster {dv:7.1f}   plain {pv:7.1f}   x{dv / pv if pv else float('nan'):.2f}")
-    print(f"  per run (dagster, summed over {int(d.get('runs', 0)) or '?'} runs): tick→enqueued "
-          f"{d.get('tick→enqueued', 0):.1f} s, enqueued→dequeued {d.get('enqueued→dequeued', 0):.1f} s, "
-          f"dequeued→RUN_START {d.get('dequeued→RUN_START', 0):.1f} s, RUN_START→STEP_START (embedding_api pool slot) "
-          f"{d.get('startup', 0):.1f} s, last switch→RUN_END {d.get('end', 0):.1f} s")
-    print(f"  plain loop: {int(p.get('passes', 0))} routing passes ({p.get('route', 0):.1f} s routing), "
-          f"{int(p.get('batches', 0))} batches, {p.get('batch wall', 0):.1f} s applying")
+    dn, pn = max(d.get("op pages", 0), 1), max(p.get("pages", 0), 1)
+    runs = int(d.get("runs", 0))
+    print(f"  applying pages: dagster ops {d.get('op', 0):.1f} s in {runs} run(s) = {d.get('op', 0) / dn * 1000:.1f} ms "
+          f"a page each ({d.get('op busy wall', 0):.1f} s of wall with an op running = "
+          f"{d.get('op busy wall', 0) / dn * 1000:.1f} ms a page); plain loop {p.get('batch wall', 0):.1f} s in "
+          f"{int(p.get('batches', 0))} batch(es) = {p.get('batch wall', 0) / pn * 1000:.1f} ms a page "
+          f"(source+stage {p.get('stage', 0) / pn * 1000:.1f}, shared embedding {p.get('embed', 0) / pn * 1000:.1f}, "
+          f"switch {p.get('switch', 0) / pn * 1000:.1f})")
+    print(f"  dagster per run, summed over {runs}: tick→enqueued {d.get('tick→enqueued', 0):.1f} s, enqueued→starting "
+          f"{d.get('enqueued→starting', 0):.1f} s, starting→RUN_START {d.get('starting→RUN_START', 0):.1f} s, "
+          f"RUN_START→STEP_START (embedding_api pool slot) {d.get('slot wait', 0):.1f} s, STEP_END→RUN_END "
+          f"{d.get('STEP_END→RUN_END', 0):.1f} s")
+    print(f"  plain loop: {int(p.get('passes', 0))} routing pass(es), {p.get('route', 0):.1f} s routing")
 
 
 def main() -> int:

@@ -70,6 +70,8 @@ def test_one_run_applies_a_tick_of_changed_pages_each_on_its_partition(stack, co
         "SELECT sum(tokens_embedded), sum(requests) FROM embedding_ledger").fetchone()
     assert (ledger_tokens, ledger_requests) == (fake.total_tokens, 1)
     assert conn.execute("SELECT count(*) FROM pages WHERE leased_until IS NOT NULL").fetchone()[0] == 0
+    # The text routing normalized is kept only until its delivery is applied.
+    assert conn.execute("SELECT count(*) FROM deliveries WHERE normalized_text IS NOT NULL").fetchone()[0] == 0
 
 
 def test_a_poisoned_page_fails_alone_and_the_rest_switch_in(stack, conn):
@@ -100,6 +102,8 @@ def test_a_page_delivered_again_while_a_batch_holds_it_is_applied_once_newest_la
     deliver(base, url(1), page(1, " Revised: the relay moved."))
     second = pipeline.tick(execute=False)
     assert second.partitions == []                 # not put in a second batch
+    texts = conn.execute("SELECT normalized_text FROM deliveries ORDER BY id").fetchall()
+    assert texts[1][0].startswith("# Page 1") and "Revised" in texts[1][0]   # the run need not decode it
     request = held.result.run_requests[0]
     outcome = pipeline.job.execute_in_process(run_config=request.run_config, instance=pipeline.instance,
                                               tags=request.tags)

@@ -175,9 +175,21 @@ def test_a_page_with_nul_bytes_is_indexed_without_them(stack, conn):
     assert len(fake.inputs) == embedded
 
 
+def _keep_text_out(mark):
+    """Routing without the text it normalized (the run normalizes the stored body itself)."""
+    def without_text(conn, delivery_id, outcome, **kwargs):
+        kwargs.pop("text", None)
+        return mark(conn, delivery_id, outcome, **kwargs)
+    return without_text
+
+
 def test_text_postgres_refuses_fails_the_run_once_and_is_not_retried(stack, conn, monkeypatch):
     base, fake, pipeline = stack
-    # Normalization made unable to clean the text (what any such gap would do): Postgres refuses it.
+    # Routing and the chunker made unable to clean the text (what any such gap would do): the
+    # run's first write of it, the page's source text, is refused by PostgreSQL.
+    monkeypatch.setattr("rag_pipeline.ingest.routing.normalize_markdown", lambda text, *a, **k: text)
+    monkeypatch.setattr("rag_pipeline.ingest.routing.deliveries.mark",
+                        _keep_text_out(deliveries.mark))
     monkeypatch.setattr("rag_pipeline.ingest.indexing.normalize_markdown", lambda text, *a, **k: text)
     deliver(base, URL, PAGE_WITH_NUL)
     pipeline.tick(expect_success=False)

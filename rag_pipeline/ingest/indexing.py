@@ -43,8 +43,11 @@ def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes
     newest = deliveries.newest_queued(conn, page_url)
     text = digest = None
     if newest is not None:
-        decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
-        text = normalize_markdown(decoded.text, boilerplate_rules(), url=page_url)
+        if newest.normalized_text is not None:   # routing normalized it already
+            text = newest.normalized_text
+        else:
+            decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
+            text = normalize_markdown(decoded.text, boilerplate_rules(), url=page_url)
         digest = content_hash(text)
     with conn.transaction():
         page = pages.get(conn, page_url, for_update=True)

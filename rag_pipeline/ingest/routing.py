@@ -127,7 +127,7 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
     if page is None:
         pages.ensure(conn, pid, page_url, delivery.url)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
-    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text_chars=len(text))
+    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text)
     result.queued.append(QueuedPage(page_url, delivery.id))
     return "queued"
 

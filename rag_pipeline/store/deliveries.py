@@ -33,6 +33,7 @@ class Delivery:
     body: bytes
     body_encoding: str
     received_at: datetime
+    normalized_text: str | None = None
 
 
 _COLUMNS = "id, rid, url, pushed_url, crawler_status, original_status, body, body_encoding, received_at"
@@ -56,23 +57,30 @@ def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
 
 
 def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
-         page_url: str | None = None, error: str | None = None, text_chars: int | None = None) -> None:
+         page_url: str | None = None, error: str | None = None, text: str | None = None) -> None:
+    """Settle (or queue) a delivery. A queued one keeps its normalized `text` for the run that
+    applies it; any other outcome drops it (the page row holds the text it applies)."""
     # A reason quoting what was refused (a NUL, a lone surrogate) must not be refused in turn.
     error = storable(error) if error is not None else None
     conn.execute(
         "UPDATE deliveries SET processed_at = coalesce(processed_at, now()), outcome = %s,"
         " page_url = coalesce(%s, page_url), error = coalesce(%s, error),"
         " text_chars = coalesce(%s, text_chars),"
+        " normalized_text = CASE WHEN %s = 'queued' THEN %s END,"
         " applied_at = CASE WHEN %s IN ('embedded', 'unchanged', 'deleted') THEN now() END"
         " WHERE id = %s",
-        (outcome, page_url, error, text_chars, outcome, delivery_id),
+        (outcome, page_url, error, len(text) if text is not None else None, outcome, text, outcome,
+         delivery_id),
     )
 
 
 def newest_queued(conn: psycopg.Connection, page_url: str) -> Delivery | None:
+    """With the text routing normalized, when it kept it (then the body is not read again)."""
     with conn.cursor(row_factory=class_row(Delivery)) as cur:
         cur.execute(
-            f"SELECT {_COLUMNS} FROM deliveries WHERE page_url = %s AND outcome = 'queued'"
+            "SELECT id, rid, url, pushed_url, crawler_status, original_status,"
+            " CASE WHEN normalized_text IS NULL THEN body ELSE ''::bytea END AS body, body_encoding,"
+            " received_at, normalized_text FROM deliveries WHERE page_url = %s AND outcome = 'queued'"
             " ORDER BY id DESC LIMIT 1",
             (page_url,),
         )
@@ -90,7 +98,7 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
     """Queued or failed deliveries older than the one applied will never be applied themselves
     (a failed one's pending retry is cancelled with it)."""
     cur = conn.execute(
-        "UPDATE deliveries SET outcome = 'superseded', retry_at = NULL"
+        "UPDATE deliveries SET outcome = 'superseded', retry_at = NULL, normalized_text = NULL"
         " WHERE page_url = %s AND outcome IN ('queued', 'failed') AND id < %s",
         (page_url, newer_than_id),
     )
