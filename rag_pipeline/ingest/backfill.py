@@ -15,17 +15,6 @@ from rag_pipeline.core.text import embed_hash
 from rag_pipeline.store.spaces import Space
 
 
-def outdated_pages(conn: psycopg.Connection, signature: str, limit: int | None = None) -> list[str]:
-    """Live, indexed pages cut by another chunker version or budget, oldest first."""
-    rows = conn.execute(
-        "SELECT url FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
-        " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %s"
-        " ORDER BY last_changed_at NULLS FIRST, url LIMIT %s",
-        (signature, limit),
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
 @dataclass
 class BackfillPlan:
     signature: str

@@ -85,8 +85,9 @@ class _Page:
 
 def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_key: str | None,
                 embedder_for: indexing.EmbedderFor, chunk_budget, max_page_bytes: int,
-                retry: RetryPolicy, run_id: str | None = None) -> Iterator[Event]:
-    """Apply the newest queued delivery of each page in `items`.
+                retry: RetryPolicy, run_id: str | None = None, rechunk: bool = False) -> Iterator[Event]:
+    """Apply the newest queued delivery of each page in `items` (`rechunk`: re-cut each page's
+    stored text with the current chunker instead; no delivery, no crawl).
 
     ``batch_key`` names the lease the sensor took on these pages (None: no lease, a batch started
     by hand); a page whose lease another batch holds now is skipped. ``chunk_budget(space)`` gives
@@ -102,7 +103,8 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         active = spaces.active(conn)
         max_tokens, overlap_tokens = chunk_budget(active)
         for page in work:
-            yield from _source_and_stage(conn, page, max_tokens, overlap_tokens, max_page_bytes, retry)
+            yield from _source_and_stage(conn, page, max_tokens, overlap_tokens, max_page_bytes, retry,
+                                         take_delivery=not rechunk)
         live = [p for p in work if not p.failed]
         prepaid, failures = yield from _embed_shared(conn, live, embedder_for, active, retry)
         for page in live:
@@ -112,7 +114,9 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
                           run_id, retry)
             _release(conn, page.item.page_url, batch_key)
         for page in work:
-            if page.failed or page.item.page_url in failures:
+            # A re-chunk has no delivery to count failed tries on: its page keeps the lease until
+            # it runs out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
+            if (page.failed or page.item.page_url in failures) and not rechunk:
                 _release(conn, page.item.page_url, batch_key)
     finally:
         _unlock_all(conn)
@@ -155,13 +159,15 @@ def _release(conn, page_url: str, batch_key: str | None) -> None:
         pages.release(conn, page_url, batch_key)
 
 
-def _source_and_stage(conn, page: _Page, max_tokens, overlap_tokens, max_page_bytes, retry) -> Iterator[Event]:
+def _source_and_stage(conn, page: _Page, max_tokens, overlap_tokens, max_page_bytes, retry,
+                      take_delivery: bool) -> Iterator[Event]:
     url = page.item.page_url
     step = "pages"
     try:
-        page.source = indexing.take_newest_delivery(conn, url, max_page_bytes)
-        conn.commit()  # before reporting: no page lock is held while Dagster writes its events
-        yield Sourced(url, page.source)
+        if take_delivery:
+            page.source = indexing.take_newest_delivery(conn, url, max_page_bytes)
+            conn.commit()  # before reporting: no page lock is held while Dagster writes its events
+            yield Sourced(url, page.source)
         step = "chunks"
         staged = indexing.stage_chunks(conn, url, max_tokens, overlap_tokens)
         page.staged = (chunk_store.staged(conn, page_id(url), staged.source_hash)
@@ -246,6 +252,9 @@ def _switch(conn, page: _Page, embedder_for, prepaid: indexing.Prepaid, run_id, 
 def _fail(conn, page: _Page, step: str, failure: PageFailure, retry: RetryPolicy) -> Failed:
     """Record the failure on the delivery the page was applying, and schedule its retry."""
     page.failed = True
+    if not page.item.delivery_id and not (page.source and page.source.delivery_id):
+        log.warning("%s: %s failed: %s", page.item.page_url, step, failure.reason)
+        return Failed(page.item.page_url, step, failure, None)   # a re-chunk: no delivery to record on
     delivery_id = page.source.delivery_id if page.source and page.source.delivery_id else page.item.delivery_id
     attempts = page.item.attempts if delivery_id == page.item.delivery_id else deliveries.attempts_of(conn, delivery_id)
     try:

@@ -9,6 +9,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
+from rag_pipeline.core.batching import WorkItem
+
 
 @dataclass
 class Page:
@@ -137,3 +139,16 @@ def release_batch(conn: psycopg.Connection, batch_key: str) -> list[str]:
         (batch_key,),
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def outdated_work(conn: psycopg.Connection, signature: str, limit: int) -> list[WorkItem]:
+    """Live, indexed pages cut by another chunker version or budget that no batch holds, oldest
+    change first: the next re-chunk batches (their stored text is all they need)."""
+    rows = conn.execute(
+        "SELECT url, length(source_text) FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
+        " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %s"
+        " AND (leased_until IS NULL OR leased_until <= now())"
+        " ORDER BY last_changed_at NULLS FIRST, url LIMIT %s",
+        (signature, limit),
+    ).fetchall()
+    return [WorkItem(url, 0, 0, chars or 0) for url, chars in rows]

@@ -17,7 +17,7 @@ from rag_pipeline.ingest import backfill, indexing
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import db, search, spaces
-from rag_pipeline_tests.harness import Pipeline, load_defs
+from rag_pipeline_tests.harness import Pipeline, batch_pages, load_defs
 from rag_pipeline_tests.ingest.pagework import MAX, CountingEmbedder, doc, index, put
 
 def test_same_text_on_two_urls_is_embedded_once_and_both_are_cited(db_conn):
@@ -147,13 +147,21 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert seen == []  # the plan never calls the embedder
 
         sensor = pipeline.defs.resolve_sensor_def("rechunk_sensor")
-        job = pipeline.defs.resolve_job_def("rechunk")
         context = dg.build_sensor_context(instance=instance, resources={
             "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})
         requests = sensor(context).run_requests
-        assert sorted(r.partition_key for r in requests) == urls
-        for r in requests:
-            assert job.execute_in_process(partition_key=r.partition_key, instance=instance, tags=r.tags).success
+        assert len(requests) == 1 and sorted(batch_pages(requests[0])) == urls   # one batch run
+        # A second look while the batch holds the pages finds nothing to add.
+        assert not sensor(dg.build_sensor_context(instance=instance, resources={
+            "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})).run_requests
+        outcome = pipeline.job.execute_in_process(run_config=requests[0].run_config, instance=instance,
+                                                  tags=requests[0].tags)
+        assert outcome.success
+        for url in urls:   # each page re-cut on its own partition, with no new `pages` materialization
+            for asset, count in (("pages", 1), ("chunks", 2), ("embeddings", 2)):
+                records = instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[url]), limit=5).records
+                assert len(records) == count, (url, asset)
 
         assert len(seen) == 3 and all(t.endswith(" (v2)") for t in seen)
         assert conn.execute("SELECT count(*) FROM deliveries").fetchone()[0] == deliveries_before

@@ -36,6 +36,9 @@ class BatchConfig(dg.Config):
     page_urls: list[str]
     delivery_ids: list[int]
     attempts: list[int]
+    # Re-cut the pages' stored text with the current chunker (rechunk_sensor) instead of applying
+    # deliveries: no crawl, and only chunk texts never embedded are sent to the model.
+    rechunk: bool = False
 
     def items(self) -> list[WorkItem]:
         if not len(self.page_urls) == len(self.delivery_ids) == len(self.attempts):
@@ -43,10 +46,10 @@ class BatchConfig(dg.Config):
         return [WorkItem(u, d, a) for u, d, a in zip(self.page_urls, self.delivery_ids, self.attempts)]
 
 
-def batch_run_config(batch_key: str, items: list[WorkItem]) -> dg.RunConfig:
+def batch_run_config(batch_key: str, items: list[WorkItem], *, rechunk: bool = False) -> dg.RunConfig:
     return dg.RunConfig(ops={"index_pages": BatchConfig(
         batch_key=batch_key, page_urls=[i.page_url for i in items],
-        delivery_ids=[i.delivery_id for i in items], attempts=[i.attempts for i in items])})
+        delivery_ids=[i.delivery_id for i in items], attempts=[i.attempts for i in items], rechunk=rechunk)})
 
 
 @dg.op(
@@ -70,7 +73,7 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
         events = apply_batch(
             conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
             chunk_budget=embedder.chunk_budget, max_page_bytes=settings.webhook_max_page_bytes,
-            retry=retry, run_id=context.run_id,
+            retry=retry, run_id=context.run_id, rechunk=config.rechunk,
         )
         try:
             for event in events:

@@ -10,13 +10,13 @@ index_page_job = dg.define_asset_job(
     description="Re-index one page: newest delivery → chunks → vectors, switched in one transaction.",
 )
 
-# Re-cut pages from their stored text (after a chunker or budget change): no crawl, no `pages` step.
+# Re-cut chosen pages from their stored text (a UI backfill over some partitions): no crawl, no
+# `pages` step. In bulk, rechunk_sensor re-cuts every outdated page in batch runs instead.
 rechunk_job = dg.define_asset_job(
     name="rechunk",
     selection=dg.AssetSelection.assets(chunks, embeddings).without_checks(),
-    # rechunk_sensor requests each page once per chunker signature, and no delivery carries its
-    # retries (index_page runs are retried by delivery_failure_sensor): a failed step waits and
-    # tries again here. A poisoned input or a model mismatch raises Failure(allow_retries=False).
+    # No delivery carries a re-chunk's retries: a failed step waits and tries again here. A
+    # poisoned input or a model mismatch raises Failure(allow_retries=False).
     op_retry_policy=dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL),
     description="Re-chunk pages from stored source text; only chunk texts never embedded are sent to the model.",
 )

@@ -7,10 +7,8 @@ import dagster as dg
 from rag_pipeline.core.batching import plan_batches
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch import BATCH_TAG, PAGES_TAG, batch_run_config, index_batch
-from rag_pipeline.defs.index.jobs import rechunk_job
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
-from rag_pipeline.ingest.backfill import outdated_pages
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import deliveries, pages, spaces
@@ -48,7 +46,7 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
                     tags={BATCH_TAG: key, PAGES_TAG: str(len(items))}))
     if not routed.routed and not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
-    urls = sorted({url for r in requests for url in r.run_config["ops"]["index_pages"]["config"]["page_urls"]})
+    urls = sorted({url for r in requests for url in batch_pages_of(r)})
     # Per-key lookups stay cheap with 100k partitions; listing them all each tick would not.
     new_keys = [k for k in urls if not context.instance.has_dynamic_partition(pages_partitions.name, k)]
     context.log.info("routed %s; %d page(s) in %d batch run(s), %d retried",
@@ -93,30 +91,42 @@ def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: Postg
 
 
 @dg.sensor(
-    job=rechunk_job,
+    job=index_batch,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.STOPPED,
     description=(
-        "Re-chunks, in bounded batches, the pages whose chunker version or budget is outdated. "
-        "Off by default: price it first with `rag-pipeline backfill plan`, then turn it on."
+        "Re-chunks, in batch runs (BATCH_MAX_PAGES, BATCH_MAX_TOKENS), the pages whose chunker "
+        "version or budget is outdated. Off by default: price it first with "
+        "`rag-pipeline backfill plan`, then turn it on."
     ),
 )
 def rechunk_sensor(
     context: dg.SensorEvaluationContext, postgres: PostgresResource, embedder: EmbedderResource
 ) -> dg.SensorResult:
+    settings = get_settings()
+    requests: list[dg.RunRequest] = []
     with postgres.connect() as conn:
         # The budget of the model pages are embedded with (the active space's): a key set for
         # answers must not make a local index due for a re-cut.
         max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
         signature = chunker_signature(max_tokens, overlap_tokens)
-        urls = outdated_pages(conn, signature, limit=get_settings().sensor_batch_size)
-    if not urls:
+        work = pages.outdated_work(conn, signature, settings.sensor_batch_size)
+        conn.commit()
+        for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens):
+            key = uuid.uuid4().hex[:16]
+            with conn.transaction():
+                leased = set(pages.lease(conn, [i.page_url for i in batch], key, settings.batch_lease_s))
+            items = [i for i in batch if i.page_url in leased]
+            if items:
+                requests.append(dg.RunRequest(
+                    run_key=f"rechunk-{key}", run_config=batch_run_config(key, items, rechunk=True),
+                    tags={BATCH_TAG: key, PAGES_TAG: str(len(items)), "rag/chunker": signature}))
+    if not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
-    # run_key per page and signature: a page is re-chunked once per chunker change.
-    return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(partition_key=url, run_key=f"rechunk:{signature}:{url}",
-                          tags={"rag/chunker": signature})
-            for url in urls
-        ]
-    )
+    context.log.info("re-chunking %d page(s) with %s in %d batch run(s)",
+                     sum(len(batch_pages_of(r)) for r in requests), signature, len(requests))
+    return dg.SensorResult(run_requests=requests)
+
+
+def batch_pages_of(request: dg.RunRequest) -> list[str]:
+    return list(request.run_config["ops"]["index_pages"]["config"]["page_urls"])
