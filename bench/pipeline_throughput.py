@@ -2,32 +2,38 @@
 webhook receiver, the real Dagster daemon and delivery_sensor's `index_batch` runs, against a plain
 Python loop doing the same work with no Dagster, in one run (issue 10, point 5).
 
-Both paths get the same generated documentation pages (300 to 5,000 tokens each), delivered as a
-crawler would (gzip'd markdown, 8 threads) to `rag-pipeline webhook` on a fresh database of its own
-throwaway server, and embedded by the loopback OpenAI fake of the tests (started here):
+Both paths get the same generated documentation pages (300 to 5,000 tokens each, log-uniform),
+POSTed as a crawler would (gzip'd markdown, 8 threads, retried under the same rid on a 5xx) to
+`rag-pipeline webhook`, each path on a fresh database of its own throwaway server, all embedded by
+the loopback OpenAI fake of the tests (served from this process; its CPU is in the "bench" figure):
 
-  dagster   `dagster-daemon run` on the repo's workspace.yaml and dagster.yaml (storage: a `dagster`
-            database on the same server); delivery_sensor ticks every 15 s by itself and leases
-            the changed pages into index_batch runs
-  plain     a subprocess looping route_batch → queued_work → apply_batch (the same batch bounds),
-            without pause while there is work, 0.2 s when there is none
+  dagster   `dagster-daemon run -w workspace.yaml` with the repo's dagster.yaml (storage: a
+            `dagster` database on the same server); delivery_sensor ticks by itself (15 s minimum
+            interval, on the daemon's 5 s loop) and leases the changed pages into index_batch runs.
+            Delivery starts just after a tick: the worst phase for the wait on the next one.
+  plain     a subprocess looping route_batch → queued_work → apply_batch in the sensor's batch
+            bounds (no leases), again at once while there is work, 0.2 s after a pass with none
 
-Then a recrawl: every page delivered again under a new rid, a fraction of them with one paragraph
-rewritten (unchanged pages are stamped verified, without a run). Measured from the first POST until
-the poller (every 0.5 s) sees every page's indexed_hash equal to the delivered content's hash;
-per-page latency is the database's own `applied_at - received_at` of each delivery. For the
-Dagster path also: runs, event-log rows per page, each run's timeline (tick → enqueued → RUN_START
-→ materializations → RUN_SUCCESS), peak RSS of the daemon and of any run worker, and CPU seconds
-by process; for the plain loop the same timeline phases, so the difference per page shows where the
-Dagster cost is.
+Then a recrawl: every page delivered again under a new rid, `--changed-fraction` of them with one
+paragraph rewritten (unchanged pages are stamped verified, without a run). Measured from the first
+POST until the poller (every 0.5 s) sees each watched page's indexed_hash equal to the hash of what
+was delivered; per-page latency is the database's own `applied_at - received_at` of each delivery.
+For the Dagster path also: runs, event-log rows per page, delivery_sensor's ticks, each run's
+timeline from its events (enqueued → starting → RUN_START → STEP_START, which waits for an
+`embedding_api` pool slot → STEP_SUCCESS → RUN_SUCCESS) and the daemon's log (when the sensor
+returned, when the daemon had added the partitions), peak RSS of the daemon, the code server and
+each run worker (sampled every 0.5 s), and CPU seconds by process, next to the plain loop's.
 
     .venv/bin/python bench/pipeline_throughput.py [--pages 2000] [--changed-fraction 0.1]
-                                                  [--timeout 900] [--keep] [--seed 7] [--sample-queries]
-                                                  [--code-rev REV]
+        [--timeout 900] [--keep] [--seed 7] [--sample-queries] [--code-rev REV | --code-dir DIR]
 
-The last line is `THROUGHPUT dagster=… pages/min plain=… pages/min ratio=… searchable_p95=… s`
-(initial load). DATABASE_URL set: the bench databases are made on that server instead (a
-`<bench db>_dagster` database for Dagster, dropped at the end).
+--code-rev runs the receiver, the daemon and the plain loop from `git archive REV` (the checkout is
+edited concurrently, and run workers import the code when they start); the databases are still
+migrated with the checkout's sql/. --sample-queries samples pg_stat_activity every 50 ms (where the
+database's time goes; adds a little load). The last line is
+`THROUGHPUT dagster=… pages/min plain=… pages/min ratio=… searchable_p95=… s` (initial load).
+With DATABASE_URL set, the bench databases are made on that server (and a `<bench db>_dagster`
+database for Dagster, dropped at the end).
 """
 
 from __future__ import annotations
@@ -268,11 +274,12 @@ def daemon_role(p: psutil.Process, root_pid: int) -> str:
         return ROLE_WORKER
     if " grpc" in cmd or "code-server" in cmd or "code_server" in cmd:
         return ROLE_CODE
-    return f"{ROLE_OTHER}: {' '.join(Path(a).name for a in p.cmdline()[:3])[:60]}"
+    # e.g. the compute-log tailers of a run (`tail -F`, `watch_orphans.py`)
+    return f"{ROLE_OTHER}: {' '.join(Path(a).name for a in p.cmdline()[:3] if not a.isdigit())[:60]}"
 
 
 class TreeMonitor(threading.Thread):
-    """Peak RSS of every process of a tree, sampled every 0.5 s, by role."""
+    """Peak RSS and CPU time of every process of a tree, sampled every 0.5 s, by role."""
 
     def __init__(self, service: Service, role: Callable[[psutil.Process, int], str]):
         super().__init__(daemon=True, name=f"monitor-{service.name}")
@@ -582,6 +589,22 @@ def run_phase(name: str, url: str, base_url: str, bodies: list[tuple[str, bytes]
 
 
 @contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """bench_database(), which on a shared server (DATABASE_URL) leaves its database behind: dropped here."""
+    from bench.database import bench_database
+
+    with bench_database(prefix) as url:
+        try:
+            yield url
+        finally:
+            if os.environ.get("DATABASE_URL"):
+                db.close_pools()
+                with psycopg.connect(db.with_database(url, "postgres"), autocommit=True) as conn:
+                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(conninfo_to_dict(url)["dbname"])))
+
+
+@contextmanager
 def dagster_database(url: str) -> Iterator[str]:
     """The `dagster` database on the bench server (unique and dropped afterwards on a shared one)."""
     shared = bool(os.environ.get("DATABASE_URL"))
@@ -670,8 +693,11 @@ def pending_report(url: str, dagster_url: str, daemon: Service | None) -> str:
         except psycopg.Error as exc:
             lines.append(f"(dagster storage unreadable: {exc})")
     if daemon is not None:
-        lines.append(f"dagster-daemon {'running' if daemon.alive() else 'exited'}; its stderr, last lines:")
-        lines.append(daemon.tail(30))
+        lines.append(f"dagster-daemon {'running' if daemon.alive() else 'exited'}; its stderr (code server, "
+                     "run workers), last lines:")
+        lines.append(daemon.tail(30) or "  (empty)")
+        lines.append("its stdout (the daemons), last lines:")
+        lines.append(daemon.tail(12, stream="out") or "  (empty)")
     return "\n".join(lines)
 
 
@@ -758,11 +784,9 @@ def dagster_marks(dagster_url: str) -> tuple[set[str], int]:
 def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: list[tuple[str, bytes]],
                 expected_initial: dict[str, str], expected_recrawl: dict[str, str], fake, args,
                 work: Path, code: Path) -> dict:
-    from bench.database import bench_database
-
     out: dict = {}
     with ExitStack() as stack:
-        url = stack.enter_context(bench_database("bench_tput_dagster"))
+        url = stack.enter_context(fresh_database("bench_tput_dagster"))
         dagster_url = stack.enter_context(dagster_database(url))
         home = work / "dagster_home"
         home.mkdir()
@@ -818,7 +842,7 @@ _LOG_EVENTS = (
     ("Added partition keys to dynamic partitions definition 'pages'", "daemon added the partitions"),
     ("Completed launch of run", "run submitted"),
     ("QueuedRunCoordinatorDaemon - INFO - Launched", "queue launched run(s)"),
-    ("No heartbeat received", "CODE SERVER SHUT DOWN: no heartbeat"),
+    ("No heartbeat received", "a code server exits (no heartbeat for 20 s: the daemon replaced it)"),
 )
 
 
@@ -865,6 +889,16 @@ def _tick_intervals(dagster_url: str) -> list[float]:
     with psycopg.connect(dagster_url, autocommit=True) as dconn:
         stamps = [t.get("timestamp") for t in _tick_bodies(dconn) if t.get("timestamp")]
     return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def instance_settings(path: Path) -> str:
+    """The dagster.yaml settings that bound a batch load: concurrent runs and embedding_api slots."""
+    import yaml
+
+    concurrency = (yaml.safe_load(path.read_text()) or {}).get("concurrency") or {}
+    runs = (concurrency.get("runs") or {}).get("max_concurrent_runs", "unset")
+    pools = (concurrency.get("pools") or {}).get("default_limit", "unset")
+    return f"max_concurrent_runs {runs}, pool default_limit (embedding_api) {pools}"
 
 
 def _self_cpu() -> float:
@@ -922,11 +956,9 @@ def plain_loop_main() -> int:
 
 
 def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work: Path, code: Path) -> dict:
-    from bench.database import bench_database
-
     out: dict = {}
     with ExitStack() as stack:
-        url = stack.enter_context(bench_database("bench_tput_plain"))
+        url = stack.enter_context(fresh_database("bench_tput_plain"))
         env = base_env(url, work / "rag_home_plain", fake.base_url, code)
         receiver, base = start_receiver(env, work, "receiver-plain", code)
         stack.callback(receiver.stop)
@@ -1147,6 +1179,8 @@ def main() -> int:
     parser.add_argument("--code-rev", metavar="REV",
                         help="run the receiver, daemon and plain loop from `git archive REV` instead of the "
                              "checkout's working tree")
+    parser.add_argument("--code-dir", metavar="DIR", type=Path,
+                        help="run them from this copy of the project instead (an experiment's patched tree)")
     parser.add_argument("--sample-queries", action="store_true",
                         help="sample pg_stat_activity every 50 ms and print where the database's time goes "
                              "(diagnosis; adds a little load)")
@@ -1181,24 +1215,24 @@ def main() -> int:
     print(f"pipeline throughput: {len(pages)} pages, {sum(tokens):,} tokens (min {min(tokens)}, median "
           f"{int(percentile(tokens, 50))}, max {max(tokens)}), {len(changed)} changed in the recrawl; "
           f"corpus built in {time.time() - t:.1f} s")
-    version = code_version(args.code_rev)
+    version = f"the copy in {args.code_dir}" if args.code_dir else code_version(args.code_rev)
     print(f"code: {version}")
-    print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"dagster.yaml: max_concurrent_runs 4, pool embedding_api 2")
+    print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     status = 1
     try:
         with FakeOpenAI(dimensions=DIMENSIONS) as fake:
-            code = checkout_code(args.code_rev, work)
+            code = args.code_dir.resolve() if args.code_dir else checkout_code(args.code_rev, work)
+            print(f"dagster.yaml: {instance_settings(code / 'dagster.yaml')}")
             dag = run_dagster(pages, initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
             print(f"dagster path done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             plain = run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
-        status = report(dag, plain, len(changed), version, frozen=bool(args.code_rev))
+        status = report(dag, plain, len(changed), version, frozen=bool(args.code_rev or args.code_dir))
     except BenchFailure as exc:
         print(f"\nFAILED: {exc}", flush=True)
     except KeyboardInterrupt as exc:
-        print(f"\ninterrupted ({exc or 'Ctrl-C'}): processes stopped, databases removed", flush=True)
+        print(f"\ninterrupted ({str(exc) or 'Ctrl-C'}): processes stopped, databases removed", flush=True)
         status = 130
     finally:
         if args.keep:
