@@ -182,13 +182,16 @@ def test_a_page_delivered_again_while_a_batch_holds_it_is_applied_after_it_newes
     deliver(base, url(1), page(1))
     daemon = start()
 
-    def sourced():
-        runs = daemon.batch_runs()
-        events = runs and daemon.instance.all_logs(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
-        return runs[0] if events else None
+    def taken_not_switched():
+        # The batch has taken the crawl as the page's source and is embedding it (slowly).
+        row = conn.execute("SELECT p.source_delivery_id IS NOT NULL AND p.leased_until > now(), d.outcome"
+                           " FROM pages p JOIN deliveries d ON d.page_url = p.url").fetchone()
+        return bool(row and row[0] and row[1] == "queued")
 
-    first = daemon.wait(sourced, 90, "the first batch to take the page")
+    daemon.wait(taken_not_switched, 90, "the first batch to take the page")
+    first = daemon.batch_runs()[0]
     deliver(base, url(1), page(1, " Revised: the gate moved to the pier."))
+    assert conn.execute("SELECT outcome FROM deliveries ORDER BY id").fetchall()[0] == ("queued",)  # still held
     daemon.wait(lambda: applied(conn, 2), 120, "both crawls applied")
 
     rows = conn.execute("SELECT outcome, applied_at FROM deliveries ORDER BY id").fetchall()
