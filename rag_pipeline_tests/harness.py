@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import dagster as dg
 import httpx
 
+from rag_pipeline.defs.index.batch import pages_of as batch_pages
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import PostgresResource
 
@@ -42,10 +43,6 @@ class Tick:
     def partitions(self) -> list[str]:
         """The pages this tick put into batch runs, in request order."""
         return [url for r in self.result.run_requests or [] for url in batch_pages(r)]
-
-
-def batch_pages(request: dg.RunRequest) -> list[str]:
-    return list(request.run_config["ops"]["index_pages"]["config"]["page_urls"])
 
 
 class Pipeline:

@@ -73,22 +73,30 @@ def doctor_marker(settings: Settings) -> Path:
     return settings.rag_home / "doctor.json"
 
 
+# (doctor marker, package version) this process has seen pass.
+_passed: set[tuple[Path, str]] = set()
+
+
 def check_embedded_once(settings: Settings, admin_url: str) -> None:
     """Run the doctor the first time this package version serves the data directory, and obey it."""
     marker = doctor_marker(settings)
     version = embedded.package_version()
+    if (marker, version) in _passed:
+        return   # this process saw the verdict already: every connection asks, the file is read once
     try:
         seen = json.loads(marker.read_text())
     except (OSError, ValueError):
         seen = {}
     if seen.get("package_version") == version:
         if seen.get("ok"):
+            _passed.add((marker, version))
             return
         raise DatabaseError(f"{seen.get('message')} (found by the doctor on {seen.get('at')}; "
                             f"`rag-pipeline db doctor` checks again)")
     report = run_doctor(settings, admin_url)
     if not report.ok:
         raise DatabaseError(report.failure)
+    _passed.add((marker, version))
 
 
 def run_doctor(settings: Settings, url: str | None = None):

@@ -105,13 +105,6 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
     return cur.rowcount
 
 
-@dataclass(frozen=True)
-class PendingRun:
-    page_url: str
-    delivery_id: int
-    attempts: int
-
-
 def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int, error: str, *,
                        retryable: bool, max_attempts: int, backoff_s: float) -> datetime | None:
     """Count a failed run of this delivery and schedule the next try (backoff x4 per failure).
@@ -134,7 +127,7 @@ def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int,
     return row[0] if row else None
 
 
-def claim_due_retries(conn: psycopg.Connection, limit: int) -> list[PendingRun]:
+def claim_due_retries(conn: psycopg.Connection, limit: int) -> int:
     """Failed deliveries whose retry is due, queued again. One already overtaken by what its page
     shows (a newer crawl applied meanwhile) is superseded instead: retrying it would apply history."""
     with conn.transaction():
@@ -150,7 +143,7 @@ def claim_due_retries(conn: psycopg.Connection, limit: int) -> list[PendingRun]:
             " RETURNING page_url, id, attempts",
             (limit,),
         ).fetchall()
-    return [PendingRun(*row) for row in sorted(rows, key=lambda r: r[1])]
+    return len(rows)
 
 
 def queued_work(conn: psycopg.Connection, limit: int) -> list[WorkItem]:

@@ -70,13 +70,16 @@ def _service_user() -> str | None:
 def start(settings: Settings, *, create: bool = True):
     """Start (or attach to) the server; returns (server, created_now). It survives this process."""
     pgdata = pgdata_dir(settings)
+    package = _package()
+    known = package.postgres_server.PostgresServer._instances.get(pgdata)
+    if known is not None and _postmaster(pgdata) is not None:
+        return known, False   # served from this process already: adopted and started
     created = not exists(settings)
     if created and not create:
         raise EmbeddedError(f"no embedded database at {pgdata}")
     settings.rag_home.mkdir(parents=True, exist_ok=True)
     if not created:
         _adopt(pgdata)
-    package = _package()
     try:
         server = package.get_server(pgdata, cleanup_mode=None)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:

@@ -106,7 +106,7 @@ CONTENT = [
     "| Last updated | 2026-12-01 |",
     "## Last updated 2026-12-01",
     "Updated 3 days ago, the index now covers every page.",
-    "<!-- TODO: generated tables below -->",
+    "<!-- Maintainers: generated tables below -->",
     "The page was last updated on 2026-12-01 and generated on 2026-12-02 by two different jobs; see below.",
 ]
 

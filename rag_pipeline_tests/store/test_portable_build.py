@@ -23,11 +23,12 @@ VECTOR_SO = PGINSTALL / "lib" / "vector.so"
 
 
 def _offenders(path: Path) -> dict[str, isa.Hits]:
-    """The AVX-512 functions of path that are not dispatched variants; skipped for a non-x86-64 build."""
+    """The AVX-512 functions of path that are not dispatched variants. A build for another CPU
+    family (the wheel of an aarch64 host) has none by construction: it only has to match the host."""
     machine = isa.elf_machine(path)
     if machine != "EM_X86_64":
         assert platform.machine().lower() not in {"x86_64", "amd64"}, f"{path} is {machine} on an x86-64 host"
-        pytest.skip(f"{path} is {machine}: AVX-512 is an x86-64 extension, there is nothing to check")
+        return {}
     return {name: hits for name, hits in isa.scan(path).items() if not isa.is_dispatched(name)}
 
 
@@ -69,8 +70,9 @@ def test_server_binaries_have_no_avx512_outside_dispatched_variants():
 
 def test_the_scan_sees_the_dispatched_variants_of_the_bundled_vector_so():
     """A scan that found nothing at all could be blind: the bundled build's popcount variants are AVX-512."""
-    if isa.elf_machine(VECTOR_SO) != "EM_X86_64":
-        pytest.skip(f"{VECTOR_SO} is not x86-64: it has no AVX-512 variants")
+    if isa.elf_machine(VECTOR_SO) != "EM_X86_64":   # another CPU family: no AVX-512 variants to find
+        assert platform.machine().lower() not in {"x86_64", "amd64"}, f"{VECTOR_SO} is not x86-64 on an x86-64 host"
+        return
     assert set(isa.scan(VECTOR_SO)) == {"BitHammingDistanceAvx512Popcount", "BitJaccardDistanceAvx512Popcount"}
 
 

@@ -10,18 +10,20 @@ page is still materialized by hand from the UI, and lineage stays pages → chun
 """
 
 
+import uuid
 from collections import Counter
 from typing import Optional
 
 import dagster as dg
 
-from rag_pipeline.core.batching import WorkItem
+from rag_pipeline.core.batching import WorkItem, plan_batches
 from rag_pipeline.defs.index.assets import chunks, embeddings, pages
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
 from rag_pipeline.settings import get_settings
+from rag_pipeline.store import pages as pages_store
 from rag_pipeline.store import spaces
 
 BATCH_TAG = "rag/batch"
@@ -44,6 +46,30 @@ class BatchConfig(dg.Config):
         if not len(self.page_urls) == len(self.delivery_ids) == len(self.attempts):
             raise dg.Failure("page_urls, delivery_ids and attempts must have one entry per page")
         return [WorkItem(u, d, a) for u, d, a in zip(self.page_urls, self.delivery_ids, self.attempts)]
+
+
+def request_batches(conn, work: list[WorkItem], settings, *, rechunk: bool = False,
+                    tags: Optional[dict] = None) -> list[dg.RunRequest]:
+    """Lease `work` to batches within BATCH_MAX_PAGES / BATCH_MAX_TOKENS and request an
+    `index_batch` run for each. A run_key per lease: a batch whose run was lost is requested again,
+    under a new key, once its lease runs out."""
+    requests = []
+    for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens):
+        key = uuid.uuid4().hex[:16]
+        with conn.transaction():
+            leased = set(pages_store.lease(conn, [i.page_url for i in batch], key, settings.batch_lease_s))
+        items = [i for i in batch if i.page_url in leased]
+        if items:
+            requests.append(dg.RunRequest(
+                run_key=f"{'rechunk' if rechunk else 'batch'}-{key}",
+                run_config=batch_run_config(key, items, rechunk=rechunk),
+                tags={BATCH_TAG: key, PAGES_TAG: str(len(items)), **(tags or {})}))
+    return requests
+
+
+def pages_of(request: dg.RunRequest) -> list[str]:
+    """The pages an `index_batch` run request covers."""
+    return list(request.run_config["ops"]["index_pages"]["config"]["page_urls"])
 
 
 def batch_run_config(batch_key: str, items: list[WorkItem], *, rechunk: bool = False) -> dg.RunConfig:
