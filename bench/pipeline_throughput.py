@@ -936,7 +936,7 @@ def plain_loop_main() -> int:
             if routed.routed or work:
                 print(json.dumps({"route": t_route, "end": time.time(), "outcomes": dict(routed.outcomes),
                                   "work": len(work)}), flush=True)
-            for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens):
+            for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, settings.batch_spread):
                 marks: dict[str, list[float]] = defaultdict(list)
                 t_batch = time.time()
                 events = apply_batch(conn, batch, batch_key=None, embedder_for=lambda space: embedder,

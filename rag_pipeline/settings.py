@@ -89,8 +89,11 @@ class Settings(BaseSettings):
     # Delivery sensor: deliveries routed per tick, and the batch runs it requests for the changed
     # pages (a run costs seconds, a page milliseconds: one run applies many pages).
     sensor_batch_size: int = Field(default=2000, alias="SENSOR_BATCH_SIZE", ge=1, le=100_000)
-    batch_max_pages: int = Field(default=500, alias="BATCH_MAX_PAGES", ge=1, le=10_000)
-    batch_max_tokens: int = Field(default=1_500_000, alias="BATCH_MAX_TOKENS", ge=1_000)
+    batch_max_pages: int = Field(default=1000, alias="BATCH_MAX_PAGES", ge=1, le=10_000)
+    batch_max_tokens: int = Field(default=2_000_000, alias="BATCH_MAX_TOKENS", ge=1_000)
+    # A tick's pages go into at least this many runs (of 100 pages or more each), which run at
+    # once and share the cores: the `embedding_api` pool limit of dagster.yaml.
+    batch_spread: int = Field(default=2, alias="BATCH_SPREAD", ge=1, le=64)
     # A batch's hold on its pages: a run that never starts, or dies, frees them this long after.
     batch_lease_s: float = Field(default=1800.0, alias="BATCH_LEASE_S", gt=0)
     # A failed page run is tried again after backoff, backoff x4, ... until this many runs failed.

@@ -121,7 +121,8 @@ def test_batches_are_bounded_by_pages_and_tokens(stack, conn, monkeypatch):
     for n in range(10):
         deliver(base, url(n), page(n, " The relay hums." * 40))   # ~170 tokens a page
     tick = pipeline.tick(execute=False)
-    assert [len(batch_pages(r)) for r in tick.result.run_requests] == [4, 4, 2]
+    # As few runs as the bound allows, balanced (the pages are all of one size): not 4 + 4 + 2.
+    assert sorted(len(batch_pages(r)) for r in tick.result.run_requests) == [3, 3, 4]
     assert len({r.run_key for r in tick.result.run_requests}) == 3
 
     conn.execute("UPDATE pages SET leased_until = now()")
@@ -130,7 +131,8 @@ def test_batches_are_bounded_by_pages_and_tokens(stack, conn, monkeypatch):
     per_batch = 1000 // -(-chars // 4)
     tick = pipeline.tick(execute=False)
     sizes = [len(batch_pages(r)) for r in tick.result.run_requests]
-    assert 1 < per_batch < 10 and sum(sizes) == 10 and max(sizes) == per_batch
+    assert 1 < per_batch < 10 and sum(sizes) == 10 and max(sizes) <= per_batch
+    assert len(sizes) == -(-10 // per_batch) and max(sizes) - min(sizes) <= 1
 
 
 def test_a_batch_run_that_ended_early_frees_its_pages_and_counts_a_try(stack, conn):

@@ -27,22 +27,37 @@ class WorkItem:
         return -(-self.text_chars // CHARS_PER_TOKEN)
 
 
-def plan_batches(items: Sequence[WorkItem], max_pages: int, max_tokens: int) -> list[list[WorkItem]]:
-    """Consecutive batches in the given order, each at most `max_pages` pages and `max_tokens`
-    estimated tokens; a single page over the token bound gets a batch of its own."""
-    if max_pages < 1 or max_tokens < 1:
+# A run of fewer pages costs more to start (seconds) than spreading it over the cores saves.
+MIN_SPREAD_PAGES = 100
+
+
+def plan_batches(items: Sequence[WorkItem], max_pages: int, max_tokens: int,
+                 spread: int = 1) -> list[list[WorkItem]]:
+    """Consecutive batches in the given order: as few as the bounds allow (at most `max_pages`
+    pages and `max_tokens` estimated tokens each), but at least `spread` when each still gets
+    MIN_SPREAD_PAGES pages, so that runs at once share the cores; balanced by estimated tokens,
+    so that they also end together. A single page over the token bound gets a batch of its own."""
+    if max_pages < 1 or max_tokens < 1 or spread < 1:
         raise ValueError("batch bounds must be positive")
+    if not items:
+        return []
+    total = sum(i.tokens for i in items)
+    wanted = max(-(-len(items) // max_pages), -(-total // max_tokens),
+                 min(spread, len(items) // MIN_SPREAD_PAGES), 1)
+    # The share of each batch; pages without text (tombstones, estimates of 0) count one token.
+    share = max(total, len(items)) / wanted
     batches: list[list[WorkItem]] = []
     current: list[WorkItem] = []
     tokens = 0
     for item in items:
-        if current and (len(current) >= max_pages or tokens + item.tokens > max_tokens):
+        full = len(current) >= max_pages or tokens + item.tokens > max_tokens
+        fair = len(batches) < wanted - 1 and tokens + max(item.tokens, 1) / 2 > share
+        if current and (full or fair):
             batches.append(current)
             current, tokens = [], 0
         current.append(item)
-        tokens += item.tokens
-    if current:
-        batches.append(current)
+        tokens += max(item.tokens, 1)
+    batches.append(current)
     return batches
 
 

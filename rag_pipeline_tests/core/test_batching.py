@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.batching import WorkItem, apportion, plan_batches
+from rag_pipeline.core.batching import MIN_SPREAD_PAGES, WorkItem, apportion, plan_batches
 
 
 def items(*chars: int) -> list[WorkItem]:
@@ -28,6 +28,38 @@ def test_a_page_over_the_token_bound_gets_a_batch_of_its_own():
 def test_bounds_must_be_positive():
     with pytest.raises(ValueError):
         plan_batches(items(1), max_pages=0, max_tokens=1)
+    with pytest.raises(ValueError):
+        plan_batches(items(1), max_pages=1, max_tokens=1, spread=0)
+
+
+def test_batches_are_as_few_as_the_bounds_allow_and_balanced_by_tokens():
+    # 10 pages of 100 tokens, then 10 of 900: a cut by count would put 1,000 tokens in the first
+    # batch and 9,000 in the second; balanced by tokens (to within a page), both runs end together.
+    work = items(*([400] * 10 + [3_600] * 10))
+    batches = plan_batches(work, max_pages=20, max_tokens=6_000)
+    assert len(batches) == 2
+    assert [sum(i.tokens for i in b) for b in batches] == [4_600, 5_400]
+    assert [i.delivery_id for b in batches for i in b] == list(range(1, 21))
+
+
+def test_spread_gives_each_core_a_run_only_when_each_run_is_worth_its_start():
+    many = items(*([400] * (2 * MIN_SPREAD_PAGES)))
+    assert [len(b) for b in plan_batches(many, 10_000, 10**9, spread=2)] == [MIN_SPREAD_PAGES] * 2
+    assert len(plan_batches(many, 10_000, 10**9, spread=1)) == 1
+    few = items(*([400] * (2 * MIN_SPREAD_PAGES - 1)))
+    assert len(plan_batches(few, 10_000, 10**9, spread=2)) == 1
+
+
+@given(st.lists(st.integers(0, 40_000), min_size=1, max_size=300), st.integers(1, 50),
+       st.integers(1_000, 50_000), st.integers(1, 4))
+def test_batches_keep_every_page_once_in_order_within_the_bounds(chars, max_pages, max_tokens, spread):
+    work = items(*chars)
+    batches = plan_batches(work, max_pages, max_tokens, spread)
+    assert [i.delivery_id for b in batches for i in b] == [i.delivery_id for i in work]
+    assert all(b for b in batches)
+    for b in batches:
+        assert len(b) <= max_pages
+        assert len(b) == 1 or sum(i.tokens for i in b) <= max_tokens
 
 
 @given(st.integers(0, 10_000), st.lists(st.integers(0, 5_000), min_size=1, max_size=40))

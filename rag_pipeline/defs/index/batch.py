@@ -54,7 +54,7 @@ def request_batches(conn, work: list[WorkItem], settings, *, rechunk: bool = Fal
     `index_batch` run for each. A run_key per lease: a batch whose run was lost is requested again,
     under a new key, once its lease runs out."""
     requests = []
-    for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens):
+    for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, settings.batch_spread):
         key = uuid.uuid4().hex[:16]
         with conn.transaction():
             leased = set(pages_store.lease(conn, [i.page_url for i in batch], key, settings.batch_lease_s))
