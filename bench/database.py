@@ -14,7 +14,7 @@ from rag_pipeline.store import db, embedded
 
 
 @contextmanager
-def bench_database(prefix: str) -> Iterator[str]:
+def bench_database(prefix: str, migrations: Path | None = None) -> Iterator[str]:
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     server = None
     url = os.environ.get("DATABASE_URL")
@@ -24,7 +24,7 @@ def bench_database(prefix: str) -> Iterator[str]:
         pgdata = Path(tempfile.mkdtemp(prefix="bench-pg-"))
         server = embedded.temporary_server(pgdata)
         url = server.get_uri(name)
-    db.prepare(url)
+    db.prepare(url, migrations or db.SQL_DIR)
     try:
         yield url
     finally:

@@ -28,8 +28,8 @@ each run worker (sampled every 0.5 s), and CPU seconds by process, next to the p
         [--timeout 900] [--keep] [--seed 7] [--sample-queries] [--code-rev REV | --code-dir DIR]
 
 --code-rev runs the receiver, the daemon and the plain loop from `git archive REV` (the checkout is
-edited concurrently, and run workers import the code when they start); the databases are still
-migrated with the checkout's sql/. --sample-queries samples pg_stat_activity every 50 ms (where the
+edited concurrently, and run workers import the code when they start), and migrates the databases
+with that commit's sql/. --sample-queries samples pg_stat_activity every 50 ms (where the
 database's time goes; adds a little load). The last line is
 `THROUGHPUT dagster=… pages/min plain=… pages/min ratio=… searchable_p95=… s` (initial load).
 With DATABASE_URL set, the bench databases are made on that server (and a `<bench db>_dagster`
@@ -589,11 +589,12 @@ def run_phase(name: str, url: str, base_url: str, bodies: list[tuple[str, bytes]
 
 
 @contextmanager
-def fresh_database(prefix: str) -> Iterator[str]:
-    """bench_database(), which on a shared server (DATABASE_URL) leaves its database behind: dropped here."""
+def fresh_database(prefix: str, code: Path) -> Iterator[str]:
+    """bench_database() migrated with the schema of the code under test (`code`/sql), which on a
+    shared server (DATABASE_URL) leaves its database behind: dropped here."""
     from bench.database import bench_database
 
-    with bench_database(prefix) as url:
+    with bench_database(prefix, code / "sql") as url:
         try:
             yield url
         finally:
@@ -786,7 +787,7 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
                 work: Path, code: Path) -> dict:
     out: dict = {}
     with ExitStack() as stack:
-        url = stack.enter_context(fresh_database("bench_tput_dagster"))
+        url = stack.enter_context(fresh_database("bench_tput_dagster", code))
         dagster_url = stack.enter_context(dagster_database(url))
         home = work / "dagster_home"
         home.mkdir()
@@ -958,7 +959,7 @@ def plain_loop_main() -> int:
 def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work: Path, code: Path) -> dict:
     out: dict = {}
     with ExitStack() as stack:
-        url = stack.enter_context(fresh_database("bench_tput_plain"))
+        url = stack.enter_context(fresh_database("bench_tput_plain", code))
         env = base_env(url, work / "rag_home_plain", fake.base_url, code)
         receiver, base = start_receiver(env, work, "receiver-plain", code)
         stack.callback(receiver.stop)

@@ -242,34 +242,48 @@ def space() -> None:
 @space.command("list")
 def space_list() -> None:
     """Every embedding space, with its status and vector count."""
-    from rag_pipeline.store import db, spaces
+    from rag_pipeline.store import chunks as chunk_store
+    from rag_pipeline.store import db, space_vectors, spaces
 
     with db.connection(_app_url(create=False)) as conn:
         for s in spaces.list_all(conn):
-            n = conn.execute("SELECT count(*) FROM vectors WHERE space_id = %s", (s.space_id,)).fetchone()[0]
-            click.echo(f"{s.space_id}  {s.status:<8}  {s.model} ({s.dimensions} dims)  {n} vectors")
+            cached = chunk_store.cached_count(conn, s)
+            live = space_vectors.live_count(conn, s) if s.status != "retired" else None
+            searchable = f", {live} live chunks" if live is not None else ""
+            backlog = space_vectors.backlog_size(conn, s) if s.status == "building" else 0
+            waiting = f", {backlog} waiting for a vector" if backlog else ""
+            click.echo(f"{s.space_id}  {s.status:<8}  {s.model} ({s.dimensions} dims)  "
+                       f"{cached} vectors cached{searchable}{waiting}")
 
 
 @space.command("build")
 def space_build() -> None:
     """Fill the space of the configured embedder from the indexed chunk texts (search unaffected)."""
     from rag_pipeline.embedders.factory import make_embedder
-    from rag_pipeline.ingest.model_switch import ModelSwitchError, build
+    from rag_pipeline.ingest.model_switch import WALK_PAGE, ModelSwitchError, build
     from rag_pipeline.store import db
 
-    embedder = make_embedder(get_settings())
+    settings = get_settings()
+    embedder = make_embedder(settings)
+
+    def progress(result) -> None:
+        if result.chunks_walked % (20 * WALK_PAGE) < WALK_PAGE:
+            click.echo(f"  {result.chunks_walked} chunks walked, {result.texts_embedded} texts embedded", err=True)
+
     with db.connection(_app_url(create=False)) as conn:
         try:
-            result = build(conn, embedder)
+            result = build(conn, embedder, maintenance_work_mem=settings.space_build_memory, on_progress=progress)
         except ModelSwitchError as exc:
             raise CliError(str(exc)) from exc
+    index = f"; index built in {result.index_s:.1f} s" if result.index_built else ""
     click.echo(f"space {result.space.space_id} ({embedder.model}, {embedder.dimensions} dims, "
-               f"{result.space.status}): {result.texts_embedded} texts, {result.tokens_embedded} tokens embedded")
+               f"{result.space.status}): {result.chunks_walked} chunks walked, {result.texts_embedded} texts, "
+               f"{result.tokens_embedded} tokens embedded{index}")
 
 
 @space.command("activate")
 def space_activate() -> None:
-    """Catch up and flip search to the configured embedder's space, in one transaction."""
+    """Finish the build of the configured embedder's space and flip search to it (a status flip)."""
     from rag_pipeline.embedders.factory import make_embedder
     from rag_pipeline.ingest.model_switch import ModelSwitchError, activate
     from rag_pipeline.store import db

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     # once and share the cores: the `embedding_api` pool limit of dagster.yaml.
     batch_spread: int = Field(default=2, alias="BATCH_SPREAD", ge=1, le=64)
     # A batch's hold on its pages: a run that never starts, or dies, frees them this long after.
+    # PostgreSQL's maintenance_work_mem while `space build` makes a space's HNSW index: an index
+    # that fits builds several times faster (a 1M-vector 384-dim graph needs ~2 GB).
+    space_build_memory: str = Field(default="256MB", alias="SPACE_BUILD_MEMORY", pattern=r"^[0-9]+\s*(kB|MB|GB)$")
     batch_lease_s: float = Field(default=1800.0, alias="BATCH_LEASE_S", gt=0)
     # A failed page run is tried again after backoff, backoff x4, ... until this many runs failed.
     run_retry_max_attempts: int = Field(default=4, alias="RUN_RETRY_MAX_ATTEMPTS", ge=1, le=20)

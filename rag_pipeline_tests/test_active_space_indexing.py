@@ -41,7 +41,8 @@ def receiver(database_url):
 def live_spaces(conn, url: str) -> set[str]:
     rows = conn.execute(
         "SELECT DISTINCT s.model FROM chunks c JOIN pages p USING (page_id)"
-        " JOIN embedding_spaces s ON s.space_id = c.space_id WHERE p.url = %s", (url,)
+        " JOIN space_vectors v ON v.chunk_id = c.chunk_id AND v.embed_hash = c.embed_hash"
+        " JOIN embedding_spaces s ON s.space_id = v.space_id AND s.status = 'active' WHERE p.url = %s", (url,)
     ).fetchall()
     return {r[0] for r in rows}
 

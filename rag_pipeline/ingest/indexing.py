@@ -182,6 +182,7 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
         chunks_embedded += len(missing)
         tokens_embedded, requests, truncated = (
             tokens_embedded + spent.tokens, requests + spent.requests, truncated + spent.truncated)
+        _embed_for_builds(conn, page_url, unique, embedder_for)
         with conn.transaction():
             # Before reading the active space: a flip either waits for this switch (and catches up
             # on its texts) or has committed, and then this pass's vectors are for a retired space.
@@ -190,12 +191,14 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
             # A newer delivery (content or tombstone) got in while we embedded: its own run applies it.
             if locked is None or locked.source_hash != page.source_hash:
                 return SwitchResult("superseded", source_hash=page.source_hash, space_id=space.space_id)
-            now_active = spaces.active(conn)
+            written = spaces.maintained(conn)   # a space being built gets this page's vectors too
+            now_active = next((s for s in written if s.status == "active"), None)
             if now_active is not None and now_active.space_id == space.space_id:
                 missing_hashes = {c.embed_hash for c in missing} | brought
                 tokens_reused = sum(c.token_count for c in staged if c.embed_hash not in missing_hashes)
-                return _switch(conn, page_url, page, locked, staged, space, run_id, chunks_embedded,
-                               tokens_embedded, tokens_reused, requests, truncated)
+                building = [s for s in written if s.status == "building"]
+                return _switch(conn, page_url, page, locked, staged, space, building, run_id,
+                               chunks_embedded, tokens_embedded, tokens_reused, requests, truncated)
         log.info("%s: the active embedding space changed during the run (now %s); embedding for it",
                  page_url, f"{now_active.model}, {now_active.dimensions} dims" if now_active else "none")
         space, embedder = _space_for(conn, embedder_for, now_active)
@@ -242,13 +245,40 @@ def _embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[byte
     return missing, _Spent(result.tokens, result.requests, result.truncated)
 
 
+def _embed_for_builds(conn: psycopg.Connection, page_url: str, unique: dict[bytes, chunk_store.StagedChunk],
+                      embedder_for: EmbedderFor) -> None:
+    """While a model switch builds another space, a page switch writes that space too: its new
+    texts are embedded for it here, before the switch. If that fails (the other model is out of
+    reach from here), the switch goes on and the texts wait on the space's backlog for the build."""
+    for other in spaces.maintained(conn):
+        if other.status != "building":
+            continue
+        try:
+            cached = chunk_store.cached_hashes(conn, other, list(unique))
+            todo = [c for h, c in unique.items() if h not in cached]
+            if todo:
+                embedder = embedder_for(other)
+                if (embedder.model, embedder.dimensions) != (other.model, other.dimensions):
+                    continue   # a run pinned to one model (a fixed embedder) cannot embed for another
+                vectors = embedder.embed([c.embed_text for c in todo]).vectors
+                with conn.transaction():
+                    chunk_store.cache_vectors(conn, other, [(c.embed_hash, v, c.token_count)
+                                                            for c, v in zip(todo, vectors, strict=True)])
+        except Exception as exc:  # noqa: BLE001 - the build catches up on what this could not do
+            conn.rollback()
+            log.warning("%s: not embedded for space %s (%s) being built, left for its build: %s",
+                        page_url, other.space_id, other.model, exc)
+    conn.commit()
+
+
 def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: pages.Page,
-            staged: list[chunk_store.StagedChunk], space: spaces.Space, run_id: str | None,
+            staged: list[chunk_store.StagedChunk], space: spaces.Space, building: list[spaces.Space],
+            run_id: str | None,
             chunks_embedded: int, tokens_embedded: int, tokens_reused: int, requests: int,
             truncated: int) -> SwitchResult:
     """The page's one switch (caller holds its row lock, in the transaction that commits it)."""
     pid = page_id(page_url)
-    live = chunk_store.swap_in(conn, pid, page.source_hash, space)
+    live = chunk_store.swap_in(conn, pid, page.source_hash, space, building)
     changed = locked.indexed_hash != locked.source_hash
     # A new crawl verifies the page; a re-chunk of the stored text does not.
     crawled = (locked.source_delivery_id or 0) > (locked.applied_delivery_id or 0)

@@ -1,23 +1,35 @@
-"""Switching embedding models without a gap in search.
+"""Switching embedding models without a gap in search, at any index size.
 
-`build` fills a second embedding space from the chunk texts already in the index (no crawl,
-no re-chunk) while the active space keeps serving; `activate` then moves every live chunk to
-the new space's vectors and flips `active` in one transaction. The old space's vectors stay in
-the cache, so switching back costs nothing.
+`build` fills a second space's table from the chunk texts already in the index (no crawl, no
+re-chunk) while the active space keeps serving: one keyset walk over `chunks`, embedding only
+texts the space has no cached vector of, outside any transaction; then the space's HNSW index,
+built once over the loaded table, concurrently. Page switches go on meanwhile and write both
+spaces (a chunk whose new text the building space has no vector of goes on its backlog).
+`activate` works the backlog off, then flips a status in a transaction of milliseconds: no rewrite
+of `chunks`, no lock held while embedding. The old space's vectors stay in the cache, so
+switching back embeds nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.store import chunks as chunk_store
-from rag_pipeline.store import spaces
+from rag_pipeline.store import space_vectors, spaces
 
 log = logging.getLogger(__name__)
+
+#: Chunks per page of the walk: a full embedding request of short chunks.
+WALK_PAGE = 2048
+# A backlog that keeps refilling (pages switched in faster than we embed them) is worked off
+# this many times before `activate` gives up and says so.
+_MAX_ROUNDS = 20
 
 
 class ModelSwitchError(RuntimeError):
@@ -30,70 +42,116 @@ class BuildResult:
     texts_embedded: int = 0
     tokens_embedded: int = 0
     requests: int = 0
-    missing: int = 0
+    chunks_walked: int = 0
+    index_built: bool = False
+    index_s: float = 0.0
 
 
-def _missing_texts(conn: psycopg.Connection, space: spaces.Space, limit: int) -> list[tuple[bytes, str, int]]:
-    rows = conn.execute(
-        "SELECT DISTINCT ON (c.embed_hash) c.embed_hash, c.embed_text, c.token_count FROM chunks c"
-        " WHERE c.embed_text IS NOT NULL AND NOT EXISTS ("
-        "   SELECT 1 FROM vectors v WHERE v.space_id = %s AND v.embed_hash = c.embed_hash)"
-        " ORDER BY c.embed_hash LIMIT %s",
-        (space.space_id, limit),
-    ).fetchall()
-    return [(bytes(h), t, n) for h, t, n in rows]
+Progress = Callable[[BuildResult], None]
 
 
 def _without_text(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT count(*) FROM chunks WHERE embed_text IS NULL").fetchone()[0]
 
 
-def build(conn: psycopg.Connection, embedder: Embedder, *, batch: int = 512) -> BuildResult:
-    """Embed every live chunk text the new model's space lacks; the active space is untouched."""
+def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embedder,
+                   rows: list[space_vectors.ChunkText], result: BuildResult) -> None:
+    """Embed and cache the texts of `rows` the space has no vector of; no transaction is open
+    while the model works."""
+    texts: dict[bytes, space_vectors.ChunkText] = {}
+    for row in rows:
+        if row.embed_text is not None:
+            texts.setdefault(row.embed_hash, row)
+    cached = chunk_store.cached_hashes(conn, space, list(texts))
+    conn.commit()
+    todo = [r for h, r in texts.items() if h not in cached]
+    if not todo:
+        return
+    embedded = embedder.embed([r.embed_text for r in todo])
+    with conn.transaction():
+        chunk_store.cache_vectors(conn, space, [(r.embed_hash, v, r.token_count)
+                                                for r, v in zip(todo, embedded.vectors, strict=True)])
+    result.texts_embedded += len(todo)
+    result.tokens_embedded += embedded.tokens
+    result.requests += embedded.requests
+
+
+def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE,
+          maintenance_work_mem: str = "256MB", on_progress: Progress | None = None) -> BuildResult:
+    """Fill the configured model's space from every live chunk text; the active space is untouched.
+    Resumes where a stopped build got to."""
     if _without_text(conn):
         raise ModelSwitchError(
             "some chunks predate stored embed texts: run a re-chunk backfill first (README, 'Re-chunk backfill')"
         )
-    space = spaces.ensure_building(conn, embedder.model, embedder.dimensions)
+    space, _new = spaces.ensure_building(conn, embedder.model, embedder.dimensions)
     result = BuildResult(space)
-    while True:
-        todo = _missing_texts(conn, space, batch)
-        if not todo:
-            return result
-        embedded = embedder.embed([t for _, t, _ in todo])
+    if space.status == "active":
+        return result
+    cursor, filled = space_vectors.progress(conn, space)
+    conn.commit()
+    if not filled:
+        while True:
+            rows = space_vectors.texts_after(conn, cursor, page)
+            conn.commit()
+            if not rows:
+                break
+            _embed_missing(conn, space, embedder, rows, result)
+            with conn.transaction():
+                space_vectors.copy_cached(conn, space, [r.chunk_id for r in rows])
+                cursor = rows[-1].chunk_id
+                space_vectors.advance(conn, space, cursor)
+            result.chunks_walked += len(rows)
+            if on_progress:
+                on_progress(result)
+            log.info("space %s: %d chunks walked, %d texts embedded", space.space_id,
+                     result.chunks_walked, result.texts_embedded)
+        started = time.monotonic()
+        spaces.build_index_concurrently(conn, space, maintenance_work_mem)
+        result.index_built, result.index_s = True, time.monotonic() - started
         with conn.transaction():
-            chunk_store.cache_vectors(conn, space, [(h, v, n) for (h, _, n), v in zip(todo, embedded.vectors)])
-        result.texts_embedded += len(todo)
-        result.tokens_embedded += embedded.tokens
-        result.requests += embedded.requests
-        log.info("space %s: %d texts embedded so far", space.space_id, result.texts_embedded)
+            space_vectors.mark_filled(conn, space)
+    drain_backlog(conn, space, embedder, result, page)
+    return result
+
+
+def drain_backlog(conn: psycopg.Connection, space: spaces.Space, embedder: Embedder,
+                  result: BuildResult, page: int = WALK_PAGE) -> None:
+    """Give every backlog chunk its vector (switches may add more meanwhile: one pass over what
+    is there now)."""
+    seen = 0
+    total = space_vectors.backlog_size(conn, space)
+    conn.commit()
+    while seen < total:
+        rows = space_vectors.backlog(conn, space, page)
+        conn.commit()
+        if not rows:
+            return
+        _embed_missing(conn, space, embedder, rows, result)
+        with conn.transaction():
+            left = space_vectors.settle_backlog(conn, space, [r.chunk_id for r in rows])
+        seen += len(rows)
+        if left == len(rows):   # their texts changed again while we embedded: next round
+            return
 
 
 def activate(conn: psycopg.Connection, embedder: Embedder) -> spaces.Space:
-    """Catch up on texts indexed since the build, then flip search to the new space at once."""
-    build(conn, embedder)  # whatever pages switched meanwhile
+    """Finish the build (the walk, the index, the backlog), then flip search to the new space."""
     space = spaces.find(conn, embedder.model, embedder.dimensions)
+    conn.commit()
     if space is None:
         raise ModelSwitchError(f"no space for {embedder.model} ({embedder.dimensions} dims): build it first")
     if space.status == "active":
         return space
-    with conn.transaction():
-        conn.execute("LOCK TABLE chunks IN SHARE ROW EXCLUSIVE MODE")  # page switches wait for the flip
-        for h, text, n in _missing_texts(conn, space, 10_000):
-            # Pages switched in the last moments: few, embedded inside the flip.
-            vector = embedder.embed([text]).vectors[0]
-            chunk_store.cache_vectors(conn, space, [(h, vector, n)])
-        moved = conn.execute(
-            "UPDATE chunks c SET space_id = v.space_id, embedding = v.embedding FROM vectors v"
-            " WHERE v.space_id = %s AND v.embed_hash = c.embed_hash",
-            (space.space_id,),
-        ).rowcount
-        total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        if moved != total:
-            raise ModelSwitchError(f"{total - moved} chunk(s) have no vector in the new space; nothing changed")
-        conn.execute("UPDATE embedding_spaces SET status = 'retired' WHERE status = 'active'")
-        conn.execute(
-            "UPDATE embedding_spaces SET status = 'active', activated_at = now() WHERE space_id = %s",
-            (space.space_id,),
-        )
-    return spaces.Space(space.space_id, space.model, space.dimensions, "active")
+    result = build(conn, embedder)   # resumes a walk that stopped; else only the backlog
+    space = result.space
+    for _ in range(_MAX_ROUNDS):
+        if spaces.index_state(conn, space) != "valid":
+            raise ModelSwitchError(f"space {space.space_id} has no valid index: run `rag-pipeline space build` again")
+        if space_vectors.flip(conn, space):
+            return spaces.Space(space.space_id, space.model, space.dimensions, "active")
+        drain_backlog(conn, space, embedder, result)
+    raise ModelSwitchError(
+        f"pages keep switching in new texts faster than space {space.space_id} catches up "
+        f"({space_vectors.backlog_size(conn, space)} chunks on its backlog); nothing changed, try again"
+    )

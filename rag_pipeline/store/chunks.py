@@ -1,7 +1,8 @@
 """Chunk generations, the vector cache, and the one-transaction switch of a page.
 
 The chunks step stages a generation keyed by (page, source_hash); the embeddings step fills
-the vector cache and then swaps the staged generation in. Search only ever reads `chunks`.
+the vector cache and then swaps the staged generation in: its chunks into `chunks`, their vectors
+into the table of each space search reads or will read (`space_vectors`). Search reads only those.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ def cached_hashes(conn: psycopg.Connection, space: Space, hashes: Sequence[bytes
     return {bytes(r[0]) for r in rows}
 
 
+def cached_count(conn: psycopg.Connection, space: Space) -> int:
+    return conn.execute("SELECT count(*) FROM vectors WHERE space_id = %s", (space.space_id,)).fetchone()[0]
+
+
 def cache_vectors(conn: psycopg.Connection, space: Space,
                   items: Sequence[tuple[bytes, Sequence[float], int]]) -> None:
     """Add (embed_hash, vector, tokens) to the cache; a hash cached concurrently is kept as is."""
@@ -83,48 +88,80 @@ class IncompleteGeneration(RuntimeError):
 
 
 def hold_off_space_flip(conn: psycopg.Connection) -> None:
-    """Inside a page switch's transaction, before it reads the active space: `space activate`
-    flips under a SHARE ROW EXCLUSIVE lock on `chunks`, so either the flip waits for this switch
-    (and catches up on its texts), or it has committed and the switch sees the new active space.
-    Page switches do not block one another (ROW EXCLUSIVE is what their writes take anyway)."""
+    """Inside a page switch's transaction, before it reads which spaces to write: `space activate`
+    flips, and `space build` starts a space, under a SHARE ROW EXCLUSIVE lock on `chunks`, so each
+    either waits for this switch or has committed before it reads. Page switches do not block one
+    another (ROW EXCLUSIVE is what their writes take anyway)."""
     conn.execute("LOCK TABLE chunks IN ROW EXCLUSIVE MODE")
 
 
-def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Space) -> int:
-    """Replace the page's live chunks by the staged generation (caller holds the page row lock
-    inside one transaction). Returns the number of live chunks."""
+def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Space,
+            building: Sequence[Space] = ()) -> int:
+    """Replace the page's live chunks by the staged generation and write their vectors into the
+    active space's table and into each space being built (caller holds the page row lock inside
+    one transaction). A chunk whose text a building space has no vector of yet goes on that
+    space's backlog. Returns the number of live chunks."""
     expected = conn.execute(
         "SELECT count(*) FROM staged_chunks WHERE page_id = %s AND source_hash = %s",
         (page_id, source_hash),
     ).fetchone()[0]
+    # Chunks of the old generation leave, with their vectors (ON DELETE CASCADE).
     conn.execute(
         "DELETE FROM chunks c WHERE c.page_id = %s AND NOT EXISTS ("
         " SELECT 1 FROM staged_chunks s WHERE s.page_id = c.page_id AND s.source_hash = %s"
         " AND s.chunk_id = c.chunk_id)",
         (page_id, source_hash),
     )
-    written = conn.execute(
+    conn.execute(
         "INSERT INTO chunks (chunk_id, page_id, chunk_index, content, embed_text, embed_hash, token_count,"
-        " chunker_version, space_id, embedding)"
+        " chunker_version)"
         " SELECT s.chunk_id, s.page_id, s.chunk_index, s.content, s.embed_text, s.embed_hash, s.token_count,"
-        "        s.chunker_version, v.space_id, v.embedding"
-        " FROM staged_chunks s JOIN vectors v ON v.space_id = %s AND v.embed_hash = s.embed_hash"
-        " WHERE s.page_id = %s AND s.source_hash = %s"
+        "        s.chunker_version"
+        " FROM staged_chunks s WHERE s.page_id = %s AND s.source_hash = %s"
         " ON CONFLICT (chunk_id) DO UPDATE SET chunk_index = excluded.chunk_index,"
         "   content = excluded.content, embed_text = excluded.embed_text, embed_hash = excluded.embed_hash,"
-        "   token_count = excluded.token_count, chunker_version = excluded.chunker_version,"
-        "   space_id = excluded.space_id, embedding = excluded.embedding"
-        # Rewrite only rows that differ: an unchanged chunk costs no write (and no HNSW update).
-        " WHERE (chunks.embed_hash, chunks.space_id, chunks.content, chunks.chunker_version, chunks.embed_text)"
-        "   IS DISTINCT FROM (excluded.embed_hash, excluded.space_id, excluded.content, excluded.chunker_version,"
-        "                     excluded.embed_text)",
-        (space.space_id, page_id, source_hash),
-    ).rowcount
-    live = conn.execute("SELECT count(*) FROM chunks WHERE page_id = %s", (page_id,)).fetchone()[0]
-    if live != expected:
+        "   token_count = excluded.token_count, chunker_version = excluded.chunker_version"
+        # Rewrite only rows that differ: an unchanged chunk costs no write.
+        " WHERE (chunks.chunk_index, chunks.embed_hash, chunks.content, chunks.chunker_version, chunks.embed_text)"
+        "   IS DISTINCT FROM (excluded.chunk_index, excluded.embed_hash, excluded.content,"
+        "                     excluded.chunker_version, excluded.embed_text)",
+        (page_id, source_hash),
+    )
+    spaces = [space.space_id, *(b.space_id for b in building if b.space_id != space.space_id)]
+    # A vector moves only when its chunk's text did: an unchanged text costs no HNSW insert. The
+    # switch knows the chunk's current text, so it overwrites whatever a concurrent build wrote.
+    conn.execute(
+        "INSERT INTO space_vectors (chunk_id, space_id, embed_hash, embedding)"
+        " SELECT c.chunk_id, v.space_id, c.embed_hash, v.embedding FROM chunks c"
+        " JOIN vectors v ON v.space_id = ANY(%s) AND v.embed_hash = c.embed_hash WHERE c.page_id = %s"
+        " ON CONFLICT (chunk_id, space_id) DO UPDATE SET embed_hash = excluded.embed_hash,"
+        "   embedding = excluded.embedding WHERE space_vectors.embed_hash <> excluded.embed_hash",
+        (spaces, page_id),
+    )
+    if len(spaces) > 1:
+        conn.execute(
+            "DELETE FROM space_vectors sv USING chunks c WHERE c.page_id = %s AND sv.chunk_id = c.chunk_id"
+            " AND sv.space_id = ANY(%s) AND sv.embed_hash <> c.embed_hash",
+            (page_id, spaces[1:]),
+        )
+        conn.execute(
+            "INSERT INTO space_backlog (space_id, chunk_id)"
+            " SELECT b.space_id, c.chunk_id FROM chunks c CROSS JOIN unnest(%s::integer[]) b (space_id)"
+            " WHERE c.page_id = %s AND NOT EXISTS (SELECT 1 FROM space_vectors sv"
+            "   WHERE sv.chunk_id = c.chunk_id AND sv.space_id = b.space_id)"
+            " ON CONFLICT DO NOTHING",
+            (spaces[1:], page_id),
+        )
+    live, searchable = conn.execute(
+        "SELECT count(*), count(sv.chunk_id) FROM chunks c LEFT JOIN space_vectors sv"
+        " ON sv.chunk_id = c.chunk_id AND sv.space_id = %s AND sv.embed_hash = c.embed_hash"
+        " WHERE c.page_id = %s",
+        (space.space_id, page_id),
+    ).fetchone()
+    if live != expected or searchable != live:
         raise IncompleteGeneration(
-            f"page {page_id}: {expected} staged chunks but {live} live after the swap "
-            f"({written} written); a vector is missing from space {space.space_id}"
+            f"page {page_id}: {expected} staged chunks, {live} live after the swap, {searchable} with "
+            f"a vector; a vector is missing from space {space.space_id}"
         )
     conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (page_id,))
     return live

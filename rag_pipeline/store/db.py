@@ -220,11 +220,11 @@ def migrate(conn: psycopg.Connection, directory: Path = SQL_DIR) -> list[str]:
     return applied_now
 
 
-def prepare(url: str) -> list[str]:
+def prepare(url: str, directory: Path = SQL_DIR) -> list[str]:
     """Create the database if needed and bring its schema up to date."""
     ensure_database(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        applied = migrate(conn)
+        applied = migrate(conn, directory)
         update_vector_extension(conn)
         return applied
 

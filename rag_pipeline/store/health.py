@@ -34,8 +34,11 @@ def chunks_of_tombstoned_pages(conn: psycopg.Connection) -> Finding:
 
 
 def chunks_outside_active_space(conn: psycopg.Connection) -> Finding:
+    """Live chunks without a vector of their current text in the space search reads."""
     where = (" FROM chunks c JOIN pages p USING (page_id)"
-             " WHERE c.space_id IS DISTINCT FROM (SELECT space_id FROM embedding_spaces WHERE status = 'active')")
+             " WHERE NOT EXISTS (SELECT 1 FROM space_vectors v JOIN embedding_spaces s"
+             "   ON s.space_id = v.space_id AND s.status = 'active'"
+             "   WHERE v.chunk_id = c.chunk_id AND v.embed_hash = c.embed_hash)")
     return _finding(conn, "SELECT count(*)" + where, "SELECT DISTINCT p.url" + where + " LIMIT 10")
 
 

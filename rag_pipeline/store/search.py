@@ -1,4 +1,4 @@
-"""Nearest chunks of live pages in the active space: one HNSW index scan."""
+"""Nearest chunks of live pages in the active space: one HNSW index scan of its table."""
 
 from __future__ import annotations
 
@@ -51,18 +51,19 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> lis
     vec = np.asarray(query_vector, dtype=np.float32)
     if vec.shape != (space.dimensions,):
         raise ValueError(f"query vector has {vec.shape} dims, space has {space.dimensions}")
+    # The space's own table, named in the SQL: its HNSW index serves every plan, generic or not.
     query = sql.SQL(
         "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index,"
-        "       (c.embedding{cast} <=> %(q)s{cast}) AS distance, p.last_verified_at, p.last_changed_at, p.url"
-        " FROM chunks c JOIN pages p ON p.page_id = c.page_id"
-        " WHERE c.space_id = %(space)s AND p.deleted_at IS NULL"
-        " ORDER BY c.embedding{cast} <=> %(q)s{cast} LIMIT %(k)s"
-    ).format(cast=space.cast())
+        "       (v.embedding{cast} <=> %(q)s{cast}) AS distance, p.last_verified_at, p.last_changed_at, p.url"
+        " FROM {table} v JOIN chunks c ON c.chunk_id = v.chunk_id JOIN pages p ON p.page_id = c.page_id"
+        " WHERE p.deleted_at IS NULL"
+        " ORDER BY v.embedding{cast} <=> %(q)s{cast} LIMIT %(k)s"
+    ).format(cast=space.cast(), table=space.table())
     with conn.transaction():
         # Enough candidates for k results; relaxed iterative scan keeps filtering from starving k.
         conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(1000, max(40, 2 * k)))))
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        rows = conn.execute(query, {"q": vec, "space": space.space_id, "k": k}).fetchall()
+        rows = conn.execute(query, {"q": vec, "k": k}).fetchall()
     rows.sort(key=lambda r: r[3])  # relaxed_order may hand back near-ties slightly out of order
     return [
         Citation(url=r[0], page_url=r[6], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2],

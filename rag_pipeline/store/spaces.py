@@ -1,8 +1,11 @@
-"""Embedding spaces: which model's vectors search reads, and the HNSW index of each space.
+"""Embedding spaces: which model's vectors search reads, and each space's table and HNSW index.
 
-The `vector` column has no fixed dimension, so each space gets a partial expression index
-cast to its own dimension; search repeats the same cast so the planner uses it. pgvector's
-HNSW takes `vector` up to 2,000 dimensions, so larger spaces are indexed as `halfvec`.
+The live vectors of a space are the partition `space_vectors_<id>` of `space_vectors`, with an
+HNSW index of its own: search names the table, so every plan (generic or not) scans that index,
+and a model switch fills a new table beside the live one and flips a status. The `vector`
+column has no fixed dimension, so the index is on a cast to the space's own dimension, and
+search repeats the cast. pgvector's HNSW takes `vector` up to 2,000 dimensions, so larger
+spaces are indexed as `halfvec`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ class Space:
     def vector_type(self) -> str:
         return "vector" if self.dimensions <= HNSW_VECTOR_MAX_DIMS else "halfvec"
 
+    def table(self) -> sql.Identifier:
+        """The partition of `space_vectors` holding this space's vectors of the live chunks."""
+        return sql.Identifier(f"space_vectors_{self.space_id}")
+
+    def index_name(self) -> str:
+        return f"space_vectors_{self.space_id}_hnsw"
+
     def cast(self) -> sql.Composable:
         """`::vector(d)` (or `::halfvec(d)`), the cast that both the index and search use."""
         return sql.SQL("::{}({})").format(sql.SQL(self.vector_type), sql.Literal(self.dimensions))
@@ -52,14 +62,16 @@ def ensure_active(conn: psycopg.Connection, model: str, dimensions: int) -> Spac
             current = active(conn)
             if current is None:
                 row = conn.execute(
-                    "INSERT INTO embedding_spaces (model, dimensions, status, activated_at)"
-                    " VALUES (%s, %s, 'active', now())"
-                    " ON CONFLICT (model, dimensions) DO UPDATE SET status = 'active', activated_at = now()"
+                    "INSERT INTO embedding_spaces (model, dimensions, status, activated_at, filled_at)"
+                    " VALUES (%s, %s, 'active', now(), now())"
+                    " ON CONFLICT (model, dimensions) DO UPDATE SET status = 'active', activated_at = now(),"
+                    "   filled_at = now()"
                     " RETURNING space_id, model, dimensions, status",
                     (model, dimensions),
                 ).fetchone()
                 current = Space(*row)
-                create_index(conn, current)
+                create_table(conn, current)
+                create_index(conn, current)   # an empty table: page switches fill it and the index
     if (current.model, current.dimensions) != (model, dimensions):
         raise SpaceMismatch(
             f"the active embedding space is {current.model} ({current.dimensions} dims) but the "
@@ -91,13 +103,26 @@ def list_all(conn: psycopg.Connection) -> list[Space]:
     return [Space(*r) for r in rows]
 
 
-def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> Space:
-    """A space to fill beside the active one (a retired one is reused with its vectors)."""
+def maintained(conn: psycopg.Connection) -> list[Space]:
+    """The spaces a page switch writes: the active one and any being built."""
+    rows = conn.execute(
+        "SELECT space_id, model, dimensions, status FROM embedding_spaces"
+        " WHERE status IN ('active', 'building') ORDER BY space_id"
+    ).fetchall()
+    return [Space(*r) for r in rows]
+
+
+def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> tuple[Space, bool]:
+    """A space to fill beside the active one, and whether its table is new (a retired space's
+    cached vectors are reused, but its table, no longer kept up to date, is made again)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SPACE_LOCK_KEY,))
         existing = find(conn, model, dimensions)
-        if existing is not None and existing.status == "active":
-            return existing
+        if existing is not None and existing.status in ("active", "building"):
+            return existing, False
+        # Page switches read which spaces to write inside their transaction, under ROW EXCLUSIVE
+        # on `chunks`: waiting for the ones in flight means every later switch writes this space too.
+        conn.execute("LOCK TABLE chunks IN SHARE ROW EXCLUSIVE MODE")
         row = conn.execute(
             "INSERT INTO embedding_spaces (model, dimensions, status) VALUES (%s, %s, 'building')"
             " ON CONFLICT (model, dimensions) DO UPDATE SET status = 'building'"
@@ -105,20 +130,55 @@ def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> Sp
             (model, dimensions),
         ).fetchone()
         space = Space(*row)
-        create_index(conn, space)
-    return space
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(space.table()))
+        conn.execute("DELETE FROM space_backlog WHERE space_id = %s", (space.space_id,))
+        conn.execute("UPDATE embedding_spaces SET fill_cursor = NULL, filled_at = NULL WHERE space_id = %s",
+                     (space.space_id,))
+        create_table(conn, space)
+    return space, True
+
+
+def create_table(conn: psycopg.Connection, space: Space) -> None:
+    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF space_vectors FOR VALUES IN ({})").format(
+        space.table(), sql.Literal(space.space_id)))
+
+
+def _index_sql(space: Space, concurrently: bool) -> sql.Composed:
+    ops = "vector_cosine_ops" if space.vector_type == "vector" else "halfvec_cosine_ops"
+    return sql.SQL("CREATE INDEX {how} IF NOT EXISTS {name} ON {table} USING hnsw ((embedding{cast}) {ops})").format(
+        how=sql.SQL("CONCURRENTLY" if concurrently else ""),
+        name=sql.Identifier(space.index_name()),
+        table=space.table(),
+        cast=space.cast(),
+        ops=sql.SQL(ops),
+    )
 
 
 def create_index(conn: psycopg.Connection, space: Space) -> None:
-    ops = "vector_cosine_ops" if space.vector_type == "vector" else "halfvec_cosine_ops"
-    conn.execute(
-        sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON chunks USING hnsw ((embedding{cast}) {ops})"
-            " WHERE space_id = {space_id}"
-        ).format(
-            name=sql.Identifier(f"chunks_hnsw_space_{space.space_id}"),
-            cast=space.cast(),
-            ops=sql.SQL(ops),
-            space_id=sql.Literal(space.space_id),
-        )
-    )
+    conn.execute(_index_sql(space, concurrently=False))
+
+
+def index_state(conn: psycopg.Connection, space: Space) -> str:
+    """'valid', 'invalid' (a concurrent build that failed half-way) or 'missing'."""
+    row = conn.execute(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE c.relname = %s", (space.index_name(),)
+    ).fetchone()
+    return "missing" if row is None else ("valid" if row[0] else "invalid")
+
+
+def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str) -> None:
+    """The space's HNSW index over its bulk-loaded table, built once; page switches go on
+    writing the table meanwhile (CONCURRENTLY takes no lock that blocks them)."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
+    was = conn.autocommit
+    conn.autocommit = True
+    try:
+        if index_state(conn, space) == "invalid":
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+        conn.execute(_index_sql(space, concurrently=True))
+        conn.execute("RESET maintenance_work_mem")
+    finally:
+        conn.autocommit = was

@@ -47,3 +47,9 @@ def test_checks_pass_then_catch_a_broken_index(database_url, conn, monkeypatch):
         stuck = broken[checks.NO_STUCK_DELIVERIES]
         assert not stuck.passed and "stuck-1" in stuck.description
         assert broken[checks.ONE_ACTIVE_SPACE].passed
+
+        # A live chunk whose vector is missing from the space search reads.
+        conn.execute("DELETE FROM space_vectors WHERE chunk_id IN (SELECT chunk_id FROM chunks c"
+                     " JOIN pages p USING (page_id) WHERE p.url = 'https://example.com/b')")
+        missing = evaluations(instance)[checks.ONE_ACTIVE_SPACE]
+        assert not missing.passed and "https://example.com/b" in missing.description

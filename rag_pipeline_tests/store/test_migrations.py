@@ -48,3 +48,62 @@ def test_concurrent_prepare_creates_and_migrates_once(pg_server_url):
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS t_migrate_race WITH (FORCE)")
+
+
+def test_an_index_made_before_space_tables_keeps_its_vectors_and_search(pg_server_url, tmp_path):
+    """010 moves the active space's vectors off `chunks` into its own table and index, and gives a
+    space being built its table, filled from the cache, with the rest on its backlog."""
+    import shutil
+    import uuid
+
+    import numpy as np
+    from pgvector.psycopg import register_vector
+
+    from rag_pipeline.store import search, spaces
+
+    old = tmp_path / "sql"
+    old.mkdir()
+    for path in db.migration_files():
+        if path.stem < "010":
+            shutil.copy(path, old / path.name)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = db.with_database(pg_server_url, name)
+    try:
+        db.prepare(url, old)
+        vec = lambda i: np.eye(8, dtype=np.float32)[i % 8]  # noqa: E731
+        with psycopg.connect(url) as conn:
+            register_vector(conn)
+            conn.execute("INSERT INTO embedding_spaces (space_id, model, dimensions, status) VALUES"
+                         " (1, 'old', 8, 'active'), (2, 'new', 8, 'building')")
+            conn.execute("CREATE INDEX chunks_hnsw_space_1 ON chunks USING hnsw ((embedding::vector(8)) vector_cosine_ops)"
+                         " WHERE space_id = 1")
+            page = uuid.uuid4()
+            conn.execute("INSERT INTO pages (page_id, url) VALUES (%s, 'https://example.com/m')", (page,))
+            for i in range(3):
+                h = bytes([i]) * 32
+                conn.execute(
+                    "INSERT INTO chunks (chunk_id, page_id, chunk_index, content, embed_text, embed_hash,"
+                    " token_count, chunker_version, space_id, embedding)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, 1, 'v', 1, %s)",
+                    (uuid.uuid4(), page, i, f"text {i}", f"text {i}", h, vec(i)))
+                if i < 2:   # the building space has vectors of two of the three texts
+                    conn.execute("INSERT INTO vectors (space_id, embed_hash, embedding, token_count)"
+                                 " VALUES (2, %s, %s, 1)", (h, vec(i + 4)))
+            conn.commit()
+        assert db.prepare(url) == ["010_space_vectors"]
+        with psycopg.connect(url) as conn:
+            register_vector(conn)
+            columns = {r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'chunks'")}
+            assert "embedding" not in columns and "space_id" not in columns
+            counts = dict(conn.execute("SELECT space_id, count(*) FROM space_vectors GROUP BY 1").fetchall())
+            assert counts == {1: 3, 2: 2}
+            assert conn.execute("SELECT space_id, count(*) FROM space_backlog GROUP BY 1").fetchall() == [(2, 1)]
+            active = spaces.active(conn)
+            assert spaces.index_state(conn, active) == "valid"
+            hits = search.nearest(conn, active, vec(1), k=1)
+            assert hits[0].content == "text 1" and hits[0].distance < 1e-6
+    finally:
+        db.close_pools()
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
