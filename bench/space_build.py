@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
-import statistics
 import sys
 import threading
 import time

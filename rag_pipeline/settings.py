@@ -98,6 +98,14 @@ class Settings(BaseSettings):
     # PostgreSQL's maintenance_work_mem while `space build` makes a space's HNSW index: an index
     # that fits builds several times faster (a 1M-vector 384-dim graph needs ~2 GB).
     space_build_memory: str = Field(default="256MB", alias="SPACE_BUILD_MEMORY", pattern=r"^[0-9]+\s*(kB|MB|GB)$")
+    # Recovery (the reconciler on every delivery_sensor tick): a batch run's worker beats this often;
+    # silent this long, it is gone (killed, its machine down) and its pages go into a new batch.
+    batch_heartbeat_s: float = Field(default=10.0, alias="BATCH_HEARTBEAT_S", gt=0)
+    batch_heartbeat_timeout_s: float = Field(default=60.0, alias="BATCH_HEARTBEAT_TIMEOUT_S", gt=0)
+    # A batch with no run this long after its request was never launched; a run started this long
+    # before its op first beat is stuck in its start (loading code, connecting).
+    batch_start_grace_s: float = Field(default=120.0, alias="BATCH_START_GRACE_S", gt=0)
+    batch_startup_s: float = Field(default=120.0, alias="BATCH_STARTUP_S", gt=0)
     batch_lease_s: float = Field(default=1800.0, alias="BATCH_LEASE_S", gt=0)
     # A failed page run is tried again after backoff, backoff x4, ... until this many runs failed.
     run_retry_max_attempts: int = Field(default=4, alias="RUN_RETRY_MAX_ATTEMPTS", ge=1, le=20)

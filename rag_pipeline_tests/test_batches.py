@@ -151,10 +151,51 @@ def test_a_batch_run_that_ended_early_frees_its_pages_and_counts_a_try(stack, co
     assert conn.execute("SELECT count(*) FROM pages WHERE leased_until IS NOT NULL").fetchone()[0] == 0
     rows = conn.execute("SELECT outcome, attempts, retry_at IS NOT NULL, error FROM deliveries ORDER BY id").fetchall()
     assert [r[:3] for r in rows] == [("failed", 1, True), ("failed", 1, True)]
-    assert "ended before applying this page" in rows[0][3]
+    assert "did not apply this page: its run" in rows[0][3] and "failed" in rows[0][3]
     pipeline.report_failure(outcome.dagster_run)    # reported again: counted once
     assert conn.execute("SELECT max(attempts) FROM deliveries").fetchone()[0] == 1
     retry = pipeline.tick()                          # retries due at once (RUN_RETRY_BACKOFF_S=0)
     assert sorted(retry.partitions) == [url(1), url(2)]
     assert conn.execute("SELECT array_agg(DISTINCT outcome) FROM deliveries").fetchone()[0] == ["embedded"]
     assert get_settings().batch_lease_s == 1800.0
+
+
+def test_a_batch_whose_run_was_never_launched_is_freed_and_requested_again_under_a_new_key(stack, conn,
+                                                                                         monkeypatch):
+    base, fake, pipeline = stack
+    configure(monkeypatch, BATCH_START_GRACE_S="0.5")
+    deliver(base, url(1), page(1))
+    lost = pipeline.tick(execute=False)     # leased, but its run request never reaches the daemon
+    (request,) = lost.result.run_requests
+    assert pipeline.tick(execute=False).partitions == []   # within the grace: the lease holds
+    conn.execute("UPDATE batches SET requested_at = now() - interval '1 second'")
+    again = pipeline.tick()
+    (retry,) = again.result.run_requests
+    assert retry.run_key != request.run_key and batch_pages(retry) == [url(1)]
+    assert conn.execute("SELECT outcome FROM deliveries").fetchall() == [("embedded",)]
+    ended = dict(conn.execute("SELECT batch_key, end_reason FROM batches").fetchall())
+    assert "no run was launched" in ended[request.tags["rag/batch"]]
+    assert ended[retry.tags["rag/batch"]] == "applied"
+
+
+def test_a_run_that_ended_without_finishing_its_batch_frees_it_even_without_the_failure_sensor(stack, conn):
+    base, fake, pipeline = stack
+    deliver(base, url(1), page(1))
+    deliver(base, url(2), page(2))
+    request = pipeline.tick(execute=False).result.run_requests[0]
+    # A run of that batch that dies before applying anything (config it cannot read); the failure
+    # sensor is never evaluated here: only the next delivery_sensor tick sees the run ended.
+    broken = {"ops": {"index_pages": {"config": {**request.run_config["ops"]["index_pages"]["config"],
+                                                 "attempts": [0]}}}}
+    outcome = pipeline.job.execute_in_process(run_config=broken, instance=pipeline.instance, tags=request.tags,
+                                              raise_on_error=False)
+    assert not outcome.success
+    # The next tick's reconciler frees the pages, a try counted on each, and the same tick (no
+    # backoff here) puts them into a new batch under a new run key.
+    again = pipeline.tick()
+    assert sorted(again.partitions) == [url(1), url(2)]
+    assert again.result.run_requests[0].run_key != request.run_key
+    rows = conn.execute("SELECT outcome, attempts FROM deliveries ORDER BY id").fetchall()
+    assert rows == [("embedded", 1), ("embedded", 1)]
+    reasons = [r[0] for r in conn.execute("SELECT end_reason FROM batches ORDER BY requested_at")]
+    assert "its run ended (FAILURE)" in reasons[0] and reasons[1] == "applied"

@@ -70,7 +70,8 @@ def stack(database_url, tmp_path, monkeypatch):
         env = dict(
             DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
             OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0",
-            RUN_RETRY_BACKOFF_S="0", BATCH_LEASE_S="20", DAGSTER_HOME=str(home),
+            # Recovery by heartbeat only: a lease that outlives every test, a worker silent 5 s is gone.
+            RUN_RETRY_BACKOFF_S="0", BATCH_HEARTBEAT_S="1", BATCH_HEARTBEAT_TIMEOUT_S="5", DAGSTER_HOME=str(home),
             DAGSTER_POSTGRES_URL=dagster_url, RAG_HOME=str(tmp_path / "rag_home"),
         )
         configure(monkeypatch, **env)
@@ -155,6 +156,7 @@ def test_a_batch_killed_mid_way_leaves_pages_switched_or_due_and_the_retry_finis
     # The database shows a switch the moment it commits (the UI's events come in batches).
     daemon.wait(lambda: conn.execute("SELECT count(*) FROM deliveries WHERE outcome = 'embedded'").fetchone()[0],
                 120, "the first page switched in")
+    (killed_run,) = daemon.batch_runs()
     os.kill(worker, signal.SIGKILL)
     killed_at = time.monotonic()
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as peek:
@@ -173,7 +175,42 @@ def test_a_batch_killed_mid_way_leaves_pages_switched_or_due_and_the_retry_finis
     # A page the killed run switched in was not applied again.
     once = conn.execute("SELECT count(*) FROM embedding_ledger").fetchone()[0]
     assert once == pages
-    assert time.monotonic() - killed_at < 150
+    # Within a tick or two, not a lease of 30 minutes. A worker killed alone is seen dying by its
+    # code server, which marks the run failed (the daemon's kill, below, takes the code server too).
+    assert time.monotonic() - killed_at < 60
+    assert daemon.instance.get_run_by_id(killed_run.run_id).status == dg.DagsterRunStatus.FAILURE
+    reason = conn.execute("SELECT end_reason FROM batches ORDER BY requested_at LIMIT 1").fetchone()[0]
+    assert "failed" in reason or "FAILURE" in reason, reason
+
+
+def test_a_daemon_killed_with_its_run_leaves_no_run_started_and_its_pages_are_applied_after_restart(
+        stack, conn):
+    base, fake, start = stack
+    pages = 120
+    for n in range(pages):
+        deliver(base, url(n), page(n))
+    daemon = start()
+    daemon.wait(lambda: conn.execute("SELECT count(*) FROM deliveries WHERE outcome = 'embedded'").fetchone()[0],
+                120, "the first page switched in")
+    # The daemon, its code server and the run's worker, all at once (as a crash or a reboot would).
+    os.killpg(daemon.proc.pid, signal.SIGKILL)
+    daemon.proc.wait(10)
+    killed_at = time.monotonic()
+    (run,) = daemon.batch_runs()
+    assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+    assert not applied(conn, pages)
+
+    restarted = start()
+    restarted.wait(lambda: applied(conn, pages), 150, "every page applied after the restart")
+    assert conn.execute("SELECT count(*) FROM embedding_ledger").fetchone()[0] == pages
+    restarted.wait(lambda: restarted.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE,
+                   30, "the killed run marked failed")
+    assert time.monotonic() - killed_at < 120
+    # Every run ends, the retry included: none stays STARTED.
+    restarted.wait(lambda: all(r.is_finished for r in restarted.batch_runs()), 60, "every batch run to end")
+    # Nobody saw that worker die: its silence did (BATCH_HEARTBEAT_TIMEOUT_S=5 here).
+    reason = conn.execute("SELECT end_reason FROM batches ORDER BY requested_at LIMIT 1").fetchone()[0]
+    assert "stopped beating" in reason, reason
 
 
 def test_a_page_delivered_again_while_a_batch_holds_it_is_applied_after_it_newest_last(stack, conn):

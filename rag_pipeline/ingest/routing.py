@@ -91,6 +91,15 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
     if page is not None and (page.applied_delivery_id or 0) > delivery.id:
         deliveries.mark(conn, delivery.id, "superseded", page_url=page_url)
         return "superseded"
+    # Crawl order: the crawler may deliver an older crawl late (a retried webhook). Its crawl time
+    # is our push's, found by its rid; a delivery we did not push counts from its receipt.
+    pushed_url, pushed_at = pushes.pushed(conn, delivery.rid)
+    crawled_at = pushed_at or delivery.received_at
+    if page is not None and page.newest_crawl_at is not None and crawled_at < page.newest_crawl_at:
+        deliveries.mark(conn, delivery.id, "superseded", page_url=page_url, crawled_at=crawled_at,
+                        error=f"a crawl made at {crawled_at.isoformat()}, older than one already routed for "
+                              f"this page ({page.newest_crawl_at.isoformat()})")
+        return "superseded"
 
     if verdict is Verdict.SKIP:
         deliveries.mark(
@@ -99,12 +108,13 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
         )
         return "skipped"
 
-    _note_redirect(conn, delivery, page_url)
+    _note_redirect(conn, delivery, page_url, pushed_url)
 
     if verdict is Verdict.TOMBSTONE:
         pages.tombstone(conn, pid, page_url, delivery.id, delivery.original_status)
+        pages.note_crawl(conn, pid, crawled_at)
         deliveries.supersede_older(conn, page_url, delivery.id)
-        deliveries.mark(conn, delivery.id, "deleted", page_url=page_url)
+        deliveries.mark(conn, delivery.id, "deleted", page_url=page_url, crawled_at=crawled_at)
         return "deleted"
 
     decoded = decode_stored(delivery.body, delivery.body_encoding, max_page_bytes)
@@ -120,24 +130,26 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
             # A failed run left a newer source the site has since reverted: the newest crawl wins.
             pages.set_source(conn, pid, text, digest, delivery.id, delivery.original_status)
         pages.stamp_verified(conn, pid, delivery.id, delivery.original_status)
+        pages.note_crawl(conn, pid, crawled_at)
         deliveries.supersede_older(conn, page_url, delivery.id)  # a failed one awaiting its retry
-        deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url)
+        deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url, crawled_at=crawled_at)
         return "unchanged"
 
     if page is None:
         pages.ensure(conn, pid, page_url, delivery.url)
+    pages.note_crawl(conn, pid, crawled_at)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
-    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text)
+    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, crawled_at=crawled_at)
     result.queued.append(QueuedPage(page_url, delivery.id))
     return "queued"
 
 
-def _note_redirect(conn, delivery, page_url: str) -> None:
+def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None) -> None:
     """The page is indexed under the delivered URL. When that is not the URL we pushed (the site
     redirected), the pushed URL becomes an alias of it: recrawled no more, nothing indexed twice.
     A URL delivered as itself again is a page again."""
     aliases.clear(conn, page_url)
-    pushed = delivery.pushed_url or pushes.pushed_url(conn, delivery.rid)
+    pushed = delivery.pushed_url or pushed_url
     if not pushed:
         return
     try:

@@ -57,7 +57,8 @@ def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
 
 
 def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
-         page_url: str | None = None, error: str | None = None, text: str | None = None) -> None:
+         page_url: str | None = None, error: str | None = None, text: str | None = None,
+         crawled_at: datetime | None = None) -> None:
     """Settle (or queue) a delivery. A queued one keeps its normalized `text` for the run that
     applies it; any other outcome drops it (the page row holds the text it applies)."""
     # A reason quoting what was refused (a NUL, a lone surrogate) must not be refused in turn.
@@ -65,12 +66,12 @@ def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
     conn.execute(
         "UPDATE deliveries SET processed_at = coalesce(processed_at, now()), outcome = %s,"
         " page_url = coalesce(%s, page_url), error = coalesce(%s, error),"
-        " text_chars = coalesce(%s, text_chars),"
+        " text_chars = coalesce(%s, text_chars), crawled_at = coalesce(%s, crawled_at),"
         " normalized_text = CASE WHEN %s = 'queued' THEN %s END,"
         " applied_at = CASE WHEN %s IN ('embedded', 'unchanged', 'deleted') THEN now() END"
         " WHERE id = %s",
-        (outcome, page_url, error, len(text) if text is not None else None, outcome, text, outcome,
-         delivery_id),
+        (outcome, page_url, error, len(text) if text is not None else None, crawled_at, outcome, text,
+         outcome, delivery_id),
     )
 
 

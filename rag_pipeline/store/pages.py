@@ -28,12 +28,13 @@ class Page:
     last_changed_at: datetime | None
     deleted_at: datetime | None
     chunker_version: str | None
+    newest_crawl_at: datetime | None = None   # of the newest delivery routed for the page
 
 
 _COLUMNS = (
     "page_id, url, source_text, source_hash, source_delivery_id, indexed_hash, applied_delivery_id,"
     " original_status, first_seen_at, last_crawled_at, last_verified_at, last_changed_at,"
-    " deleted_at, chunker_version"
+    " deleted_at, chunker_version, newest_crawl_at"
 )
 
 
@@ -53,6 +54,12 @@ def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | N
         " ON CONFLICT (page_id) DO UPDATE SET crawl_url = coalesce(pages.crawl_url, excluded.crawl_url)",
         (page_id, url, crawl_url),
     )
+
+
+def note_crawl(conn: psycopg.Connection, page_id: UUID, crawled_at: datetime) -> None:
+    """The newest crawl routed for the page (deliveries of older crawls are history from now on)."""
+    conn.execute("UPDATE pages SET newest_crawl_at = greatest(newest_crawl_at, %s) WHERE page_id = %s",
+                 (crawled_at, page_id))
 
 
 def stamp_verified(conn: psycopg.Connection, page_id: UUID, delivery_id: int,

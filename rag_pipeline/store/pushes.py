@@ -4,6 +4,7 @@ with its result, so a push that never got its delivery is visible."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 
@@ -77,8 +78,14 @@ def expire_pending(conn: psycopg.Connection, older_than_s: float = PENDING_EXPIR
 
 
 def pushed_url(conn: psycopg.Connection, rid: str) -> str | None:
-    row = conn.execute("SELECT url FROM pushes WHERE rid = %s", (rid,)).fetchone()
-    return row[0] if row else None
+    return pushed(conn, rid)[0]
+
+
+def pushed(conn: psycopg.Connection, rid: str) -> tuple[str | None, datetime | None]:
+    """(the URL pushed, when) of the push the crawler answered with this rid; (None, None) for a
+    delivery we did not push (a manual crawl, a push older than the pushes kept)."""
+    row = conn.execute("SELECT url, pushed_at FROM pushes WHERE rid = %s", (rid,)).fetchone()
+    return (row[0], row[1]) if row else (None, None)
 
 
 # How far back `undelivered` (the pushes_delivered check) looks for a push's delivery; retention

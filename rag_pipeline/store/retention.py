@@ -90,6 +90,7 @@ class PruneResult:
     pushes: int = 0
     vectors: int = 0
     vectors_unused: int = 0      # unused vectors still kept for reuse after this prune
+    ended_batches: int = 0       # batch records (`batches`), ended over delivery_days ago
     batches: dict[str, int] = field(default_factory=dict)   # transactions per table
     seconds: float = 0.0
 
@@ -106,6 +107,8 @@ class PruneResult:
             ("vectors", policy.vector_days, self.vectors, "unused for over {} d"),
         ):
             line = f"{name}: kept forever" if days == 0 else f"{name}: {verb} {count} ({what.format(days)})"
+            if name == "deliveries" and days:
+                line += f"; {self.ended_batches} ended batch record(s)"
             if name == "vectors" and days:
                 line += f"; {self.vectors_unused} unused kept for reuse"
             out.append(line)
@@ -261,6 +264,12 @@ def prune_vectors(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int
 
 # --- all three --------------------------------------------------------------------------------
 
+def prune_ended_batches(conn: psycopg.Connection, cutoff: datetime, *, dry_run: bool = False) -> int:
+    """Batch records ended before `cutoff` (a few hundred a day: one statement)."""
+    verb = "SELECT count(*) FROM batches WHERE " if dry_run else "DELETE FROM batches WHERE "
+    return _count(conn.execute(verb + "ended_at < %s", (cutoff,), prepare=False), dry_run)
+
+
 def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False) -> PruneResult:
     """Apply `policy` to deliveries, pushes and vectors. A dry run counts and changes nothing (not
     even the unused marks of vectors). Raises PruneBusy when another prune is running."""
@@ -279,6 +288,9 @@ def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False) ->
                 batch_size=policy.batch_size, dry_run=dry_run)
             log.info("deliveries: %d %s in %d batch(es)", result.deliveries, _verb(dry_run),
                      result.batches["deliveries"])
+            with conn.transaction():
+                result.ended_batches = prune_ended_batches(conn, now - timedelta(days=policy.delivery_days),
+                                                           dry_run=dry_run)
         if policy.push_days:
             cutoff = min(now - timedelta(days=policy.push_days), push_lookback)
             result.pushes, result.batches["pushes"] = prune_pushes(

@@ -108,3 +108,49 @@ def test_crawler_failure_never_touches_the_page(database_url):
         assert dict(routed.outcomes) == {"skipped": 2}
         assert conn.execute("SELECT * FROM pages").fetchall() == before
         assert "stable" in live_contents(conn)
+
+
+def _pushed(conn, rid: str, minutes_ago: int) -> None:
+    conn.execute("INSERT INTO pushes (url, page_url, reason, crawler, pushed_at, result, rid)"
+                 " VALUES (%s, %s, 'schedule', 'crawlbase', now() - make_interval(mins => %s), 'pushed', %s)",
+                 (URL, URL, minutes_ago, rid))
+
+
+def _put_crawl(conn, rid: str, text: str) -> int:
+    return deliveries.insert(conn, rid=rid, url=URL, pushed_url=None, crawler_status=200, original_status=200,
+                             content_type="text/markdown", body=gzip.compress(text.encode()),
+                             body_encoding="gzip")
+
+
+def test_a_late_redelivery_of_an_older_crawl_is_superseded_by_the_newer_crawl(database_url):
+    db.prepare(database_url)
+    embedder = HashEmbedder(dimensions=32)
+    with db.connection(database_url) as conn:
+        _pushed(conn, "crawl-old", minutes_ago=10)
+        _pushed(conn, "crawl-new", minutes_ago=5)
+        # The newer crawl arrives first and is applied; the crawler then delivers the older one late.
+        _put_crawl(conn, "crawl-new", "# Doc\n\nThe newest text.")
+        route_batch(conn, 10, MAX)
+        run_page(conn, embedder)
+        _put_crawl(conn, "crawl-old", "# Doc\n\nAn older text.")
+        route_batch(conn, 10, MAX)
+        rows = dict(conn.execute("SELECT rid, outcome FROM deliveries").fetchall())
+        assert rows == {"crawl-new": "embedded", "crawl-old": "superseded"}
+        assert "older than one already routed" in conn.execute(
+            "SELECT error FROM deliveries WHERE rid = 'crawl-old'").fetchone()[0]
+        assert "newest text" in live_contents(conn) and "older" not in live_contents(conn)
+        # Both waiting at once, the older crawl received last: still the newer one is applied.
+        _pushed(conn, "crawl-3", minutes_ago=2)
+        _pushed(conn, "crawl-4", minutes_ago=1)
+        _put_crawl(conn, "crawl-4", "# Doc\n\nThe text of crawl four.")
+        _put_crawl(conn, "crawl-3", "# Doc\n\nThe text of crawl three.")
+        route_batch(conn, 10, MAX)
+        run_page(conn, embedder)
+        rows = dict(conn.execute("SELECT rid, outcome FROM deliveries").fetchall())
+        assert rows["crawl-4"] == "embedded" and rows["crawl-3"] == "superseded"
+        assert "crawl four" in live_contents(conn)
+        # A crawl we did not push (no rid of ours) counts from its receipt: newer than both.
+        _put_crawl(conn, "manual", "# Doc\n\nA manual crawl.")
+        route_batch(conn, 10, MAX)
+        run_page(conn, embedder)
+        assert "manual crawl" in live_contents(conn)

@@ -315,17 +315,22 @@ def test_batches_walk_every_table_and_a_dry_run_counts_the_same(conn):
         "INSERT INTO vectors (space_id, embed_hash, embedding, token_count, unused_since)"
         " SELECT %s, sha256(i::text::bytea), '[1,0]', 1, now() - interval '40 days'"
         "   FROM generate_series(1, 10) i", (space_id,))
+    # Batch records: ended long ago (go), ended now, and one still open for its run (both stay).
+    conn.execute("INSERT INTO batches (batch_key, ended_at) SELECT 'old-' || i, now() - interval '20 days'"
+                 " FROM generate_series(1, 3) i")
+    conn.execute("INSERT INTO batches (batch_key, ended_at) VALUES ('recent', now()), ('open', NULL)")
     policy = retention.Policy(delivery_days=14, push_days=30, vector_days=30, batch_size=4)
 
     def sizes():
         return tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                     for t in ("deliveries", "pushes", "vectors"))
+                     for t in ("deliveries", "pushes", "vectors", "batches"))
 
     dry = retention.prune(conn, policy, dry_run=True)
-    assert (dry.deliveries, dry.pushes, dry.vectors) == (40, 21, 10) and sizes() == (55, 21, 10)
+    assert (dry.deliveries, dry.pushes, dry.vectors, dry.ended_batches) == (40, 21, 10, 3)
+    assert sizes() == (55, 21, 10, 5)
     done = retention.prune(conn, policy)
-    assert (done.deliveries, done.pushes, done.vectors) == (40, 21, 10)
-    assert sizes() == (15, 0, 0)
+    assert (done.deliveries, done.pushes, done.vectors, done.ended_batches) == (40, 21, 10, 3)
+    assert sizes() == (15, 0, 0, 2)
     # Ranges of 4 rows: 50 old deliveries, then the range that reaches the recent ones ends the walk.
     assert done.batches == {"deliveries": 13, "pushes": 6, "vectors": 3}
     assert retention.prune(conn, policy).deliveries == 0

@@ -12,6 +12,7 @@ page is still materialized by hand from the UI, and lineage stays pages → chun
 
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from typing import Optional
 
 import dagster as dg
@@ -20,13 +21,14 @@ from rag_pipeline.core.batching import WorkItem, plan_batches
 from rag_pipeline.defs.index.assets import chunks, embeddings, pages
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
+from rag_pipeline.defs.index.recovery import BATCH_TAG, Heartbeat
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
 from rag_pipeline.settings import get_settings
+from rag_pipeline.store import batches
 from rag_pipeline.store import pages as pages_store
 from rag_pipeline.store import spaces
 
-BATCH_TAG = "rag/batch"
 PAGES_TAG = "rag/pages"
 _FAILED_STEP_ASSET = {"pages": pages.key, "chunks": chunks.key, "embeddings": embeddings.key}
 
@@ -52,12 +54,14 @@ def request_batches(conn, work: list[WorkItem], settings, *, rechunk: bool = Fal
                     tags: Optional[dict] = None) -> list[dg.RunRequest]:
     """Lease `work` to batches within BATCH_MAX_PAGES / BATCH_MAX_TOKENS and request an
     `index_batch` run for each. A run_key per lease: a batch whose run was lost is requested again,
-    under a new key, once its lease runs out."""
+    under a new key, once the reconciler (or its lease running out) frees its pages."""
     requests = []
     for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, settings.batch_spread):
         key = uuid.uuid4().hex[:16]
         with conn.transaction():
             leased = set(pages_store.lease(conn, [i.page_url for i in batch], key, settings.batch_lease_s))
+            if leased:
+                batches.open_batch(conn, key)
         items = [i for i in batch if i.page_url in leased]
         if items:
             requests.append(dg.RunRequest(
@@ -95,7 +99,7 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
     failed: list[Failed] = []
     noted: dict = {}   # the spaces seen in this run, and whether their note was logged
     writer = EventWriter(context)
-    with postgres.connect() as conn:
+    with postgres.connect() as conn, _beating(context, conn, postgres, config.batch_key, settings):
         events = apply_batch(
             conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
             chunk_budget=embedder.chunk_budget, max_page_bytes=settings.webhook_max_page_bytes,
@@ -120,6 +124,24 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
             metadata={"pages_failed": len(failed), "pages_switched": switched},
             allow_retries=False,
         )
+
+
+@contextmanager
+def _beating(context, conn, postgres, batch_key: Optional[str], settings):
+    """The batch's heartbeat while the op works (a batch started by hand has none); the batch is
+    ended when the op finishes its pages, and left to the failure sensor or the reconciler when
+    it raises."""
+    if batch_key is None:
+        yield
+        return
+    with conn.transaction():
+        if not batches.start(conn, batch_key, context.run_id):
+            context.log.warning(f"batch {batch_key} was given up before this run started (its run looked "
+                                "lost); its pages are skipped here and applied by a newer batch")
+    with Heartbeat(postgres.url(), batch_key, settings.batch_heartbeat_s):
+        yield
+    with conn.transaction():
+        batches.end(conn, batch_key, "applied")
 
 
 def _space(conn, space_id: int | None, seen: dict):

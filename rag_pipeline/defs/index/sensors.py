@@ -3,7 +3,8 @@
 import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
-from rag_pipeline.defs.index.batch import BATCH_TAG, index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.batch import index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.routing import route_batch
@@ -24,19 +25,27 @@ DELIVERY_TICK_S = 14
     description=(
         "Routes new deliveries in receipt order: unchanged pages are stamped verified, 404/410 "
         "tombstoned, crawler failures skipped; the new or changed pages go into batch runs "
-        "(BATCH_MAX_PAGES and BATCH_MAX_TOKENS each), every page on its own partition."
+        "(BATCH_MAX_PAGES and BATCH_MAX_TOKENS each), every page on its own partition. Each tick "
+        "first reconciles: a batch whose run ended unfinished, was never launched, or whose "
+        "worker stopped beating gives its pages back to a new batch."
     ),
 )
 def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SensorResult:
     settings = get_settings()
     with postgres.connect() as conn:
         routed = route_batch(conn, settings.sensor_batch_size, settings.webhook_max_page_bytes)
+        # Batches whose run will never finish them give their pages back (a try counted), before
+        # the retries due are claimed and the free pages leased to new batches, in this same tick.
+        recovered = reconcile(context.instance, conn, settings)
         retried = deliveries.claim_due_retries(conn, settings.sensor_batch_size)
         # Every queued page no live batch holds, whether routed now, due for a retry, or freed by a
         # batch that never ran or died (its lease ran out): nothing depends on one tick succeeding.
         work = deliveries.queued_work(conn, settings.sensor_batch_size)
         conn.commit()
         requests = request_batches(conn, work, settings)
+    if recovered["freed_batches"]:
+        context.log.warning(f"reconciler: {recovered['freed_pages']} page(s) of {recovered['freed_batches']} "
+                            f"batch(es) freed, {recovered['runs_failed']} run(s) whose worker was gone marked failed")
     if not routed.routed and not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
     urls = sorted({url for r in requests for url in pages_of(r)})
@@ -54,9 +63,10 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
-        "A batch run that ended without finishing its pages (a crash, a kill, a database outage) "
-        "frees them at once, counting a failed try for each; failures of single pages are "
-        "recorded by the batch itself."
+        "A batch run that ended without finishing its pages (a crash, a database outage) frees "
+        "them at once, counting a failed try for each; failures of single pages are recorded by "
+        "the batch itself. If this sensor cannot run, delivery_sensor's reconciler does the same "
+        "on its next tick, and also for runs whose worker died."
     ),
 )
 def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
@@ -64,19 +74,8 @@ def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: Postg
     if key is None:
         return  # launched by hand from the launchpad: no lease of ours
     reason = context.failure_event.message or "run failed"
-    settings = get_settings()
-    with postgres.connect() as conn, conn.transaction():
-        freed = pages.release_batch(conn, key)
-        for url in freed:
-            pending = deliveries.newest_queued(conn, url)
-            if pending is None:
-                continue
-            deliveries.record_run_failure(
-                conn, pending.id, deliveries.attempts_of(conn, pending.id),
-                f"the batch run {context.dagster_run.run_id} ended before applying this page: {reason}",
-                retryable=True, max_attempts=settings.run_retry_max_attempts,
-                backoff_s=settings.run_retry_backoff_s,
-            )
+    with postgres.connect() as conn:
+        freed = free_batch(conn, key, f"its run {context.dagster_run.run_id} failed: {reason}", get_settings())
     if freed:
         context.log.warning(f"batch {key}: {len(freed)} unfinished page(s) freed for a retry")
 
