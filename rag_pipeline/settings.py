@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The checkout that holds this code (an editable install, as `make run` makes), if it is one.
@@ -150,6 +150,15 @@ class Settings(BaseSettings):
         # A relative RAG_HOME is the user's explicit choice: fix it once, against where they typed it.
         return value.expanduser().absolute()
 
+    @model_validator(mode="after")
+    def _heartbeat_within_its_timeout(self):
+        # A timeout shorter than two beats would fail live runs whose beat is a moment late.
+        if self.batch_heartbeat_timeout_s < 2 * self.batch_heartbeat_s:
+            raise ValueError(
+                f"BATCH_HEARTBEAT_TIMEOUT_S ({self.batch_heartbeat_timeout_s:g}) must be at least twice "
+                f"BATCH_HEARTBEAT_S ({self.batch_heartbeat_s:g})")
+        return self
+
     def rag_home_source(self) -> str:
         """How RAG_HOME was found, for messages that say where a command looked."""
         if "rag_home" in self.model_fields_set:
@@ -203,7 +212,10 @@ def describe_errors(exc: ValidationError) -> str:
     """`CHUNK_MAX_TOKENS='10': Input should be greater than or equal to 32` (every bad variable)."""
     parts = []
     for error in exc.errors():
-        name = ".".join(str(part) for part in error["loc"]) or "settings"
+        if not error["loc"]:   # a rule across several variables: its message names them
+            parts.append(error["msg"].removeprefix("Value error, "))
+            continue
+        name = ".".join(str(part) for part in error["loc"])
         parts.append(f"{name}={error.get('input')!r}: {error['msg']}")
     return "bad setting " + "; ".join(parts)
 

@@ -74,3 +74,13 @@ def test_bad_setting_is_one_line_naming_variable_and_allowed_values(monkeypatch)
     assert len(lines) == 1 and "Traceback" not in result.output
     assert "CHUNK_MAX_TOKENS='10': Input should be greater than or equal to 32" in lines[0]
     assert "EMBEDDING_PROVIDER='bogus': Input should be 'openai', 'local' or 'hash'" in lines[0]
+
+
+def test_a_heartbeat_timeout_shorter_than_two_beats_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("BATCH_HEARTBEAT_S", "40")
+    monkeypatch.setenv("BATCH_HEARTBEAT_TIMEOUT_S", "60")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, ["status"])
+    get_settings.cache_clear()
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert "BATCH_HEARTBEAT_TIMEOUT_S (60) must be at least twice BATCH_HEARTBEAT_S (40)" in result.output

@@ -38,8 +38,8 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         # the retries due are claimed and the free pages leased to new batches, in this same tick.
         recovered = reconcile(context.instance, conn, settings)
         retried = deliveries.claim_due_retries(conn, settings.sensor_batch_size)
-        # Every queued page no live batch holds, whether routed now, due for a retry, or freed by a
-        # batch that never ran or died (its lease ran out): nothing depends on one tick succeeding.
+        # Every queued page no live batch holds, whether routed now, due for a retry, or freed by
+        # the reconciler or an ended lease: nothing depends on one tick succeeding.
         work = deliveries.queued_work(conn, settings.sensor_batch_size)
         conn.commit()
         requests = request_batches(conn, work, settings)
