@@ -97,16 +97,29 @@ def stack(database_url, tmp_path, monkeypatch):
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """The daemon and everything it started. SIGTERM first; then SIGKILL for the whole group even
+    when the daemon is gone: a code server whose run worker was killed can outlive its daemon
+    (seen: SIGTERM and the missing heartbeat left it running)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, 0)
         except ProcessLookupError:
             return
-        try:
-            proc.wait(10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(10)
 
 
 def applied(conn, n: int) -> bool:
