@@ -17,7 +17,10 @@ source scripts/setup.sh
 
 pids=()
 cleanup() {
-  trap - EXIT INT TERM
+  # A second signal (make forwards the one it got; Ctrl-C pressed twice) must not cut the cleanup
+  # short and orphan what it has not stopped yet.
+  trap '' INT TERM
+  trap - EXIT
   for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
   # Whatever still runs after 15 s (a stuck run worker) is killed.
   for _ in $(seq 1 30); do
@@ -29,7 +32,9 @@ cleanup() {
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
 
 DEFAULT_SIGNALS=("$BIN/python" scripts/reset_signals.py)
 "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
