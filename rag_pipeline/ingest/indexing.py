@@ -7,7 +7,7 @@ the switch at the end of `embed_and_switch` is the only moment search sees anyth
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psycopg
@@ -17,7 +17,7 @@ from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
 from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown, storable
 from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
-from rag_pipeline.embedders.base import Embedder, EmbeddingError, PoisonedInputError
+from rag_pipeline.embedders.base import EmbedResult, Embedder, EmbeddingError, PoisonedInputError
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, pages, spaces
 
@@ -245,25 +245,40 @@ def _embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[byte
     return missing, _Spent(result.tokens, result.requests, result.truncated)
 
 
+def cache_uncached(conn: psycopg.Connection, space: spaces.Space, embedder_of: Callable[[], Embedder | None],
+                   texts: Mapping[bytes, tuple[str, int]]) -> tuple[int, EmbedResult | None]:
+    """Embed and cache those of ``texts`` (embed_hash → (text, tokens)) that ``space`` has no vector
+    of; no transaction is open while the model works. The embedder is asked for only when there is
+    something to embed (None: none can embed for this space). Returns (texts embedded, the cost)."""
+    cached = chunk_store.cached_hashes(conn, space, list(texts))
+    conn.commit()
+    todo = [(h, text, tokens) for h, (text, tokens) in texts.items() if h not in cached]
+    embedder = embedder_of() if todo else None
+    if embedder is None:
+        return 0, None
+    result = embedder.embed([text for _, text, _ in todo])
+    with conn.transaction():
+        chunk_store.cache_vectors(conn, space, [(h, v, tokens) for (h, _, tokens), v
+                                                in zip(todo, result.vectors, strict=True)])
+    return len(todo), result
+
+
 def _embed_for_builds(conn: psycopg.Connection, page_url: str, unique: dict[bytes, chunk_store.StagedChunk],
                       embedder_for: EmbedderFor) -> None:
     """While a model switch builds another space, a page switch writes that space too: its new
     texts are embedded for it here, before the switch. If that fails (the other model is out of
     reach from here), the switch goes on and the texts wait on the space's backlog for the build."""
-    for other in spaces.maintained(conn):
-        if other.status != "building":
-            continue
+    texts = {h: (c.embed_text, c.token_count) for h, c in unique.items()}
+    def embedder_of(other: spaces.Space) -> Embedder | None:
+        embedder = embedder_for(other)
+        # A run pinned to one model (a fixed embedder) cannot embed for another.
+        return embedder if (embedder.model, embedder.dimensions) == (other.model, other.dimensions) else None
+
+    # Read after this pass's embedding: a flip that landed meanwhile leaves nothing to build.
+    building = [s for s in spaces.maintained(conn) if s.status == "building"]
+    for other in building:
         try:
-            cached = chunk_store.cached_hashes(conn, other, list(unique))
-            todo = [c for h, c in unique.items() if h not in cached]
-            if todo:
-                embedder = embedder_for(other)
-                if (embedder.model, embedder.dimensions) != (other.model, other.dimensions):
-                    continue   # a run pinned to one model (a fixed embedder) cannot embed for another
-                vectors = embedder.embed([c.embed_text for c in todo]).vectors
-                with conn.transaction():
-                    chunk_store.cache_vectors(conn, other, [(c.embed_hash, v, c.token_count)
-                                                            for c, v in zip(todo, vectors, strict=True)])
+            cache_uncached(conn, other, lambda: embedder_of(other), texts)
         except Exception as exc:  # noqa: BLE001 - the build catches up on what this could not do
             conn.rollback()
             log.warning("%s: not embedded for space %s (%s) being built, left for its build: %s",

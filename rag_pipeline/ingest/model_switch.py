@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import psycopg
 
 from rag_pipeline.embedders.base import Embedder
-from rag_pipeline.store import chunks as chunk_store
+from rag_pipeline.ingest import indexing
 from rag_pipeline.store import space_vectors, spaces
 
 log = logging.getLogger(__name__)
@@ -56,24 +56,12 @@ def _without_text(conn: psycopg.Connection) -> int:
 
 def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embedder,
                    rows: list[space_vectors.ChunkText], result: BuildResult) -> None:
-    """Embed and cache the texts of `rows` the space has no vector of; no transaction is open
-    while the model works."""
-    texts: dict[bytes, space_vectors.ChunkText] = {}
-    for row in rows:
-        if row.embed_text is not None:
-            texts.setdefault(row.embed_hash, row)
-    cached = chunk_store.cached_hashes(conn, space, list(texts))
-    conn.commit()
-    todo = [r for h, r in texts.items() if h not in cached]
-    if not todo:
-        return
-    embedded = embedder.embed([r.embed_text for r in todo])
-    with conn.transaction():
-        chunk_store.cache_vectors(conn, space, [(r.embed_hash, v, r.token_count)
-                                                for r, v in zip(todo, embedded.vectors, strict=True)])
-    result.texts_embedded += len(todo)
-    result.tokens_embedded += embedded.tokens
-    result.requests += embedded.requests
+    texts = {r.embed_hash: (r.embed_text, r.token_count) for r in rows if r.embed_text is not None}
+    count, spent = indexing.cache_uncached(conn, space, lambda: embedder, texts)
+    if spent is not None:
+        result.texts_embedded += count
+        result.tokens_embedded += spent.tokens
+        result.requests += spent.requests
 
 
 def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE,
@@ -84,7 +72,7 @@ def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE
         raise ModelSwitchError(
             "some chunks predate stored embed texts: run a re-chunk backfill first (README, 'Re-chunk backfill')"
         )
-    space, _new = spaces.ensure_building(conn, embedder.model, embedder.dimensions)
+    space = spaces.ensure_building(conn, embedder.model, embedder.dimensions)
     result = BuildResult(space)
     if space.status == "active":
         return result

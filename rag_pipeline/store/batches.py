@@ -29,11 +29,9 @@ def start(conn: psycopg.Connection, batch_key: str, run_id: str) -> bool:
     return row is not None
 
 
-def beat(conn: psycopg.Connection, batch_key: str) -> bool:
-    """The worker is alive; False once the batch was ended from outside."""
-    row = conn.execute("UPDATE batches SET heartbeat_at = now() WHERE batch_key = %s AND ended_at IS NULL"
-                       " RETURNING 1", (batch_key,)).fetchone()
-    return row is not None
+def beat(conn: psycopg.Connection, batch_key: str) -> None:
+    """The worker is alive (a batch already ended from outside is left as it is)."""
+    conn.execute("UPDATE batches SET heartbeat_at = now() WHERE batch_key = %s AND ended_at IS NULL", (batch_key,))
 
 
 def end(conn: psycopg.Connection, batch_key: str, reason: str) -> None:

@@ -77,10 +77,6 @@ def expire_pending(conn: psycopg.Connection, older_than_s: float = PENDING_EXPIR
     return cur.rowcount
 
 
-def pushed_url(conn: psycopg.Connection, rid: str) -> str | None:
-    return pushed(conn, rid)[0]
-
-
 def pushed(conn: psycopg.Connection, rid: str) -> tuple[str | None, datetime | None]:
     """(the URL pushed, when) of the push the crawler answered with this rid; (None, None) for a
     delivery we did not push (a manual crawl, a push older than the pushes kept)."""

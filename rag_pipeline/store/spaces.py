@@ -112,14 +112,14 @@ def maintained(conn: psycopg.Connection) -> list[Space]:
     return [Space(*r) for r in rows]
 
 
-def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> tuple[Space, bool]:
-    """A space to fill beside the active one, and whether its table is new (a retired space's
-    cached vectors are reused, but its table, no longer kept up to date, is made again)."""
+def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> Space:
+    """A space to fill beside the active one (a retired space's cached vectors are reused, but its
+    table, no longer kept up to date, is made again)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SPACE_LOCK_KEY,))
         existing = find(conn, model, dimensions)
         if existing is not None and existing.status in ("active", "building"):
-            return existing, False
+            return existing
         # Page switches read which spaces to write inside their transaction, under ROW EXCLUSIVE
         # on `chunks`: waiting for the ones in flight means every later switch writes this space too.
         conn.execute("LOCK TABLE chunks IN SHARE ROW EXCLUSIVE MODE")
@@ -135,7 +135,7 @@ def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> tu
         conn.execute("UPDATE embedding_spaces SET fill_cursor = NULL, filled_at = NULL WHERE space_id = %s",
                      (space.space_id,))
         create_table(conn, space)
-    return space, True
+    return space
 
 
 def create_table(conn: psycopg.Connection, space: Space) -> None:

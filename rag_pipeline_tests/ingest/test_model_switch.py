@@ -182,7 +182,8 @@ def test_a_run_following_the_active_space_switches_into_the_space_activated_mean
     assert chosen == ["hash-v1-64", "hash-v1-32"]   # embedded again, once, for the space now active
     assert result.status == "switched" and result.space_id == active.space_id
     assert _live_spaces(db_conn, url) == {active.space_id}
-    assert db_conn.execute("SELECT indexed_hash = source_hash FROM pages WHERE url = %s", (url,)).fetchone() == (True,)
+    indexed, source = db_conn.execute("SELECT indexed_hash, source_hash FROM pages WHERE url = %s", (url,)).fetchone()
+    assert source is not None and indexed == source
     hits = search.nearest(db_conn, active, new.embed(["topic1 details after"]).vectors[0], k=1)
     assert hits[0].url == url and "after" in hits[0].content
 

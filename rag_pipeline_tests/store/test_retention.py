@@ -248,7 +248,7 @@ def test_unused_vectors_are_kept_a_while_and_never_one_a_chunk_uses(conn):
     active = spaces.active(conn)
     # A space being built for another model: vectors of live texts no chunk row of that space
     # references yet, and one of a text no chunk uses.
-    other, _ = spaces.ensure_building(conn, "other-model", 8)
+    other = spaces.ensure_building(conn, "other-model", 8)
     dead = b"\x01" * 32
     chunk_store.cache_vectors(conn, other, [(h, [1.0] * 8, 1) for h in second | {dead}])
     # A generation staged by a run in flight, about to switch in with its cached vector.

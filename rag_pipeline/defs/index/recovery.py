@@ -87,7 +87,6 @@ class Heartbeat:
 
     def __init__(self, url: str, batch_key: str, every_s: float):
         self.url, self.batch_key, self.every_s = url, batch_key, every_s
-        self.given_up = False   # the reconciler ended the batch: its pages may be another's now
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{batch_key}", daemon=True)
 
@@ -105,8 +104,7 @@ class Heartbeat:
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-                if not batches.beat(conn, self.batch_key):
-                    self.given_up = True
+                batches.beat(conn, self.batch_key)
             except psycopg.Error as exc:  # the database away: beat again when it is back
                 log.warning("batch %s: heartbeat failed: %s", self.batch_key, exc)
                 if conn is not None:
