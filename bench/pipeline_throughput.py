@@ -924,7 +924,7 @@ def plain_loop_main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     settings = get_settings()
     embedder = make_embedder(settings)
-    retry = RetryPolicy(settings.run_retry_max_attempts, settings.run_retry_backoff_s)
+    retry = RetryPolicy.from_settings(settings)
     url = settings.database_url
     print(json.dumps({"ready": time.time()}), flush=True)
     while not stopping.is_set():

@@ -74,6 +74,25 @@ def db_stop() -> None:
     click.echo("stopped" if embedded.stop(settings) else "not running")
 
 
+@db_group.command("watch")
+@click.option("--every", "every_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between looks at the server.")
+def db_watch(every_s: float) -> None:
+    """Keep the embedded server up: start it again whenever it is gone (`make run` runs this)."""
+    from rag_pipeline.store import embedded
+
+    settings = get_settings()
+    if settings.database_url:
+        raise CliError("DATABASE_URL is set: that server is kept up by its own service manager")
+    if not embedded.exists(settings):
+        raise CliError(f"no embedded database at {embedded.pgdata_dir(settings)}: `rag-pipeline db start` makes it")
+    click.echo(f"watching the embedded server on {embedded.pgdata_dir(settings)} every {every_s:g} s")
+    try:
+        embedded.watch(settings, every_s, lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        pass
+
+
 @db_group.command("doctor")
 def db_doctor() -> None:
     """Run every vector operation the project uses in a scratch database and report the server."""
@@ -118,6 +137,7 @@ def webhook(host: str, port: int, workers: int | None) -> None:
     import os
     import tempfile
 
+    import psycopg
     import uvicorn
 
     settings = get_settings()
@@ -127,7 +147,14 @@ def webhook(host: str, port: int, workers: int | None) -> None:
     workers = workers or settings.webhook_workers
     from rag_pipeline.store import db
 
-    db.prepare(db.server_url(settings))  # once, before the workers start (they would race on a fresh server)
+    url = db.server_url(settings)
+    try:
+        db.prepare(url)  # once, before the workers start (they would race on a fresh server)
+    except db.DatabaseError as exc:
+        if not isinstance(exc.__cause__, psycopg.OperationalError):
+            raise
+        # An outage, not a refusal: the receiver starts and answers 503 until the database does.
+        click.echo(f"warning: {exc}; starting anyway, deliveries get 503 until it answers", err=True)
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker counts in its own process: a shared directory lets /metrics sum them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="rag-webhook-metrics-")
@@ -139,8 +166,10 @@ def webhook(host: str, port: int, workers: int | None) -> None:
 @main.command()
 @click.argument("question")
 @click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
+@click.option("--per-page", "per_page", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Passages of one page at most: 1 makes every result another source.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def search(question: str, k: int, as_json: bool) -> None:
+def search(question: str, k: int, per_page: int, as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
     from rag_pipeline.store import db
@@ -150,7 +179,7 @@ def search(question: str, k: int, as_json: bool) -> None:
     url = _app_url(create=False)
     with db.connection(url) as conn:
         try:
-            hits = retrieve(conn, get_settings(), question, k)
+            hits = retrieve(conn, get_settings(), question, k, per_page=per_page)
         except RetrievalError as exc:
             raise CliError(str(exc)) from exc
     if as_json:

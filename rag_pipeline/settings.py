@@ -107,9 +107,16 @@ class Settings(BaseSettings):
     batch_start_grace_s: float = Field(default=120.0, alias="BATCH_START_GRACE_S", gt=0)
     batch_startup_s: float = Field(default=120.0, alias="BATCH_STARTUP_S", gt=0)
     batch_lease_s: float = Field(default=1800.0, alias="BATCH_LEASE_S", gt=0)
-    # A failed page run is tried again after backoff, backoff x4, ... until this many runs failed.
-    run_retry_max_attempts: int = Field(default=4, alias="RUN_RETRY_MAX_ATTEMPTS", ge=1, le=20)
+    # A failed page run is tried again after backoff, backoff x4, ... (at most the cap) until this
+    # many runs failed: by default 1, 4, 5, 5, 5 minutes, which outlasts a 15-minute API outage and
+    # applies every page within 5 minutes of its end.
+    run_retry_max_attempts: int = Field(default=6, alias="RUN_RETRY_MAX_ATTEMPTS", ge=1, le=20)
     run_retry_backoff_s: float = Field(default=60.0, alias="RUN_RETRY_BACKOFF_S", ge=0)
+    run_retry_backoff_max_s: float = Field(default=300.0, alias="RUN_RETRY_BACKOFF_MAX_S", ge=0)
+
+    # Search: candidates the HNSW scan looks at (at least 2k); more is better recall and slower
+    # (measured by bench/search_quality.py; see the README).
+    search_ef_search: int = Field(default=200, alias="SEARCH_EF_SEARCH", ge=10, le=1000)
 
     # Crawling (issue 4). `crawlbase` when a Crawlbase token is set, else the built-in `local` crawler.
     crawler: Literal["crawlbase", "local"] | None = Field(default=None, alias="CRAWLER")

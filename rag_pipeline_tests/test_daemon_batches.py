@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import dagster as dg
 import psycopg
 import pytest
 
-from rag_pipeline.settings import Settings
 from rag_pipeline.store import db
-from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
-from rag_pipeline_tests.harness import TOKEN, configure, deliver
-from rag_pipeline_tests.servers import serve
-from webhook_sensor.app import create_app
-
-CHECKOUT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from rag_pipeline_tests.daemons import daemon_stack
+from rag_pipeline_tests.harness import deliver
 
 
 def url(n: int) -> str:
@@ -35,91 +25,11 @@ def page(n: int, extra: str = "") -> str:
             f"## Setup\n\nGate {n} opens at {n % 12} o'clock and closes at dusk.")
 
 
-class Daemon:
-    def __init__(self, proc: subprocess.Popen, instance: dg.DagsterInstance, log: Path):
-        self.proc, self.instance, self.log = proc, instance, log
-
-    def wait(self, condition, timeout_s: float, what: str):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            if self.proc.poll() is not None:
-                pytest.fail(f"the daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}")
-            time.sleep(0.05)
-        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.tail()}")
-
-    def batch_runs(self) -> list[dg.DagsterRun]:
-        return sorted(self.instance.get_runs(filters=dg.RunsFilter(job_name="index_batch")),
-                      key=lambda r: r.run_id)
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-
-
 @pytest.fixture
 def stack(database_url, tmp_path, monkeypatch):
-    """Receiver and fake embedder on loopback, and `dagster-daemon run` on the repo's workspace."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(CHECKOUT / "dagster.yaml", home / "dagster.yaml")
     dagster_url = db.as_url(db.with_database(database_url, f"dagster_{uuid.uuid4().hex[:8]}"))
-    db.ensure_database(dagster_url)
-    with FakeOpenAI(dimensions=64) as fake:
-        env = dict(
-            DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
-            OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0",
-            # Recovery by heartbeat only: a lease that outlives every test, a worker silent 5 s is gone.
-            RUN_RETRY_BACKOFF_S="0", BATCH_HEARTBEAT_S="1", BATCH_HEARTBEAT_TIMEOUT_S="5", DAGSTER_HOME=str(home),
-            DAGSTER_POSTGRES_URL=dagster_url, RAG_HOME=str(tmp_path / "rag_home"),
-        )
-        configure(monkeypatch, **env)
-        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
-        log = tmp_path / "daemon.log"
-        with serve(app, health_path="/healthz") as base, log.open("w") as out:
-            instance = dg.DagsterInstance.from_config(str(home))
-
-            def start() -> Daemon:
-                proc = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(CHECKOUT / "workspace.yaml")],
-                                        cwd=CHECKOUT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-                daemons.append(proc)
-                return Daemon(proc, instance, log)
-
-            daemons: list[subprocess.Popen] = []
-            try:
-                yield base, fake, start
-            finally:
-                for proc in daemons:
-                    _kill_group(proc)
-                instance.dispose()
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """The daemon and everything it started. SIGTERM first; then SIGKILL for the whole group even
-    when the daemon is gone: a code server whose run worker was killed can outlive its daemon
-    (seen: SIGTERM and the missing heartbeat left it running)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    proc.wait(10)
+    with daemon_stack(database_url, dagster_url, tmp_path, monkeypatch) as parts:
+        yield parts
 
 
 def applied(conn, n: int) -> bool:
@@ -255,3 +165,115 @@ def test_a_page_delivered_again_while_a_batch_holds_it_is_applied_after_it_newes
     # Never two batches on one page at once: the second started after the first had finished.
     assert records[second.run_id].start_time >= records[first.run_id].end_time
     assert conn.execute("SELECT count(*) FROM embedding_ledger").fetchone()[0] == 2
+
+
+def long_page(n: int, extra: str = "") -> str:
+    """A page of several paragraphs: a smaller chunk budget cuts it into new texts."""
+    paragraphs = [f"Paragraph {i} of page {n} tells how the heron gate {n} works on day {i}, "
+                  f"which lever opens it and why the keeper logs it.{extra if i == 3 else ''}"
+                  for i in range(6)]
+    return f"# Page {n}\n\n" + "\n\n".join(paragraphs)
+
+
+def test_a_ui_backfill_of_the_rechunk_job_runs_a_range_of_pages_a_run_a_poisoned_page_alone(stack, conn):
+    """What the UI's "Materialize partitions" on the `rechunk` job launches: an asset backfill of
+    `chunks` and `embeddings`, run by the daemon's backfill loop as partition ranges."""
+    from dagster._core.execution.backfill import PartitionBackfill
+
+    from rag_pipeline.core.chunking import chunker_signature
+    from rag_pipeline_tests.harness import load_defs
+
+    from rag_pipeline_tests.harness import Pipeline
+
+    base, fake, start = stack
+    pages = 30
+    for n in range(pages):
+        deliver(base, url(n), long_page(n, " A cormorant nests here." if n == 7 else ""))
+    # The initial load in process (its delivery batches are tested above), in the daemon's instance.
+    instance = dg.DagsterInstance.from_config(os.environ["DAGSTER_HOME"])
+    try:
+        tick = Pipeline(instance, load_defs()).tick()
+        assert len(tick.partitions) == pages and applied(conn, pages)
+    finally:
+        instance.dispose()
+    before = dict(conn.execute("SELECT url, chunker_version FROM pages").fetchall())
+
+    # A smaller chunk budget makes every page due for a re-cut into new texts; page 7's new texts
+    # are refused by the model from now on.
+    fake.poison("cormorant")
+    daemon = start(CHUNK_MAX_TOKENS="40", CHUNK_OVERLAP_TOKENS="0")
+    keys = sorted(daemon.instance.get_dynamic_partitions("pages"))
+    assert len(keys) == pages
+    backfill_id = "rechunk" + uuid.uuid4().hex[:8]
+    daemon.instance.add_backfill(PartitionBackfill.from_asset_partitions(
+        backfill_id=backfill_id, asset_graph=load_defs().resolve_asset_graph(), partition_names=keys,
+        asset_selection=[dg.AssetKey("chunks"), dg.AssetKey("embeddings")], backfill_timestamp=time.time(),
+        tags={}, dynamic_partitions_store=daemon.instance, all_partitions=False, title=None,
+        description=None, run_config=None))
+
+    def ended():
+        backfill = daemon.instance.get_backfill(backfill_id)
+        runs = daemon.instance.get_runs(filters=dg.RunsFilter.for_backfill(backfill_id))
+        return runs and all(r.is_finished for r in runs) and backfill.status.value != "REQUESTED" and runs
+    runs = daemon.wait(ended, 180, "the backfill to end")
+
+    assert len(runs) == 1, [r.tags for r in runs]            # 30 pages, one range, one run
+    (run,) = runs
+    assert run.status == dg.DagsterRunStatus.FAILURE       # red: one page needs a look
+    failure = next(e for e in daemon.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE))
+    assert url(7) in failure.dagster_event.step_failure_data.error.message
+    signature = chunker_signature(40, 0)
+    after = dict(conn.execute("SELECT url, chunker_version FROM pages").fetchall())
+    assert after.pop(url(7)) == before[url(7)] != signature   # its old cut is still searchable
+    assert set(after.values()) == {signature}
+    assert conn.execute("SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s",
+                        (url(7),)).fetchone()[0] > 0
+    for n in range(pages):
+        records = daemon.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("embeddings"), asset_partitions=[url(n)]), limit=5).records
+        if n == 7:
+            assert [r.run_id for r in records] != [run.run_id] and len(records) == 1   # the initial load's only
+            (observed,) = daemon.instance.fetch_observations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey("embeddings"), asset_partitions=[url(n)]), limit=5).records
+            assert observed.asset_observation.metadata["status"].value == "failed"
+            continue
+        latest = records[0]
+        meta = latest.asset_materialization.metadata
+        assert latest.run_id == run.run_id and meta["status"].value == "switched", (n, meta)
+        assert meta["chunks_embedded"].value > 0 and meta["chunks_total"].value == conn.execute(
+            "SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s", (url(n),)).fetchone()[0]
+        chunk_records = daemon.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[url(n)]), limit=1).records
+        assert chunk_records[0].asset_materialization.metadata["chunker_version"].value == signature
+    # No crawl and no delivery was touched: a re-cut works from the stored text.
+    assert conn.execute("SELECT count(DISTINCT outcome) FROM deliveries").fetchone()[0] == 1
+
+
+def test_an_embedding_outage_fails_batches_that_retry_with_backoff_until_every_page_converges(stack, conn):
+    """The embedding API down (every request 503), then back: no manual action, no text paid twice.
+    Scaled down from 10 minutes: retries 2 s, 8 s, 32 s, 128 s after each failure (×4)."""
+    base, fake, start = stack
+    pages = 12
+    fake.outage(503)
+    for n in range(pages):
+        deliver(base, url(n), page(n))
+    daemon = start(RUN_RETRY_BACKOFF_S="2", RUN_RETRY_MAX_ATTEMPTS="6")
+
+    def failed_twice() -> bool:
+        return conn.execute("SELECT min(attempts) FROM deliveries").fetchone()[0] >= 2
+    daemon.wait(failed_twice, 150, "every page to fail a second time during the outage")
+    down = daemon.wait(lambda: [r for r in daemon.batch_runs() if r.is_finished][1:] and
+                       [r for r in daemon.batch_runs() if r.is_finished], 60, "the second failed run to end")
+    assert all(r.status == dg.DagsterRunStatus.FAILURE for r in down)
+    assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+    outcomes = conn.execute("SELECT DISTINCT outcome FROM deliveries").fetchall()
+    assert set(outcomes) <= {("failed",), ("queued",)}
+    assert fake.inputs == []                     # nothing was answered, so nothing was paid
+
+    fake.recover()
+    daemon.wait(lambda: applied(conn, pages), 240, "every page applied after the outage")
+    attempts = [r[0] for r in conn.execute("SELECT attempts FROM deliveries").fetchall()]
+    assert min(attempts) >= 2 and max(attempts) < 6
+    inputs = fake.inputs
+    assert len(inputs) == len(set(inputs))       # each text embedded once
+    assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash = source_hash").fetchone()[0] == pages

@@ -135,18 +135,20 @@ def test_record_run_failure_counts_each_try_once(conn):
         content_type="text/markdown", body=b"x", body_encoding="identity",
     )
     conn.execute("UPDATE deliveries SET processed_at = now(), outcome = 'queued', page_url = %s", (URL,))
-    first = deliveries.record_run_failure(conn, delivery_id, 0, "boom", retryable=True,
-                                          max_attempts=4, backoff_s=60)
-    again = deliveries.record_run_failure(conn, delivery_id, 0, "boom", retryable=True,
-                                          max_attempts=4, backoff_s=60)
-    second = deliveries.record_run_failure(conn, delivery_id, 1, "boom", retryable=True,
-                                           max_attempts=4, backoff_s=60)
-    assert first is not None and again is None and second is not None
+    policy = dict(retryable=True, max_attempts=4, backoff_s=60, max_backoff_s=300)
+    first = deliveries.record_run_failure(conn, delivery_id, 0, "boom", **policy)
+    again = deliveries.record_run_failure(conn, delivery_id, 0, "boom", **policy)
+    second = deliveries.record_run_failure(conn, delivery_id, 1, "boom", **policy)
+    third = deliveries.record_run_failure(conn, delivery_id, 2, "boom", **policy)
+    assert first is not None and again is None and second is not None and third is not None
     now = conn.execute("SELECT now()").fetchone()[0]
-    # Backoff x4: the second retry waits 4 min, the first 1 min.
-    assert 235 <= (second - now).total_seconds() <= 245
+    # Backoff x4 up to the cap: 1 min, 4 min, then 5 (not 16).
     assert 55 <= (first - now).total_seconds() <= 65
-    assert conn.execute("SELECT attempts FROM deliveries").fetchone()[0] == 2
+    assert 235 <= (second - now).total_seconds() <= 245
+    assert 295 <= (third - now).total_seconds() <= 305
+    assert conn.execute("SELECT attempts FROM deliveries").fetchone()[0] == 3
+    # The last allowed try fails for good: no retry after it.
+    assert deliveries.record_run_failure(conn, delivery_id, 3, "boom", **policy) is None
 
 
 # -- bad page text --------------------------------------------------------------------------------

@@ -37,6 +37,12 @@ trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
 
 DEFAULT_SIGNALS=("$BIN/python" scripts/reset_signals.py)
+if [ -z "${DATABASE_URL:-}" ]; then
+  # A killed or crashed embedded server is started again within seconds (WAL replay keeps every
+  # committed delivery); meanwhile the receiver answers 503 and the crawler re-sends.
+  "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" db watch &
+  pids+=($!)
+fi
 "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
 pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.site --root samples/site --port "$SITE_PORT" &

@@ -12,6 +12,7 @@ answers the same way through the same code if it is ever reached directly (a mou
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -39,6 +40,8 @@ WEBHOOK_PATH = "/webhook"
 TOKEN_HEADER = "x-webhook-token"
 # A delivery waits at most this long for a database connection, then gets 503 (the crawler retries).
 POOL_TIMEOUT_S = 5.0
+# While the database is unreachable at start, the receiver tries again this often (and answers 503).
+CONNECT_RETRY_S = 1.0
 
 # Answers are JSON like FastAPI's JSONResponse renders it (compact, UTF-8); the constant parts
 # are encoded once.
@@ -133,25 +136,61 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     if not token:
         log.warning("WEBHOOK_ALLOW_NO_TOKEN=1: the webhook accepts deliveries without a token")
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        url = database_url or db.server_url(settings)
+    def prepare(url: str) -> None:
         for attempt in range(3):
             try:
                 db.prepare(url)
-                break
+                return
             except psycopg.errors.UniqueViolation:
                 # Workers starting together on a fresh server race to create the database and the
                 # migrations table: one wins, the others try again and find it done.
                 if attempt == 2:
                     raise
+
+    async def connect(url: str, pool: AsyncConnectionPool, ready: asyncio.Event) -> None:
+        """Schema checked, then the pool opened; until then every delivery gets 503. A database
+        that is down when the receiver starts (restarting, a crash) must not stop the receiver:
+        it keeps trying, and answers as soon as the database does."""
+        failing = None
+        while True:
+            try:
+                await asyncio.to_thread(prepare, url)
+                break
+            except (db.DatabaseError, psycopg.OperationalError) as exc:
+                unreachable = isinstance(exc, psycopg.OperationalError) or isinstance(exc.__cause__, psycopg.OperationalError)
+                if not unreachable:   # a refusal, not an outage (a bad schema, a doctor's verdict)
+                    app.state.connect_error = str(exc)
+                    log.error("the database cannot serve deliveries: %s", exc)
+                    raise
+                if str(exc) != failing:
+                    log.warning("database unavailable at start, retrying every %gs: %s", CONNECT_RETRY_S, exc)
+                    failing = str(exc)
+                app.state.connect_error = str(exc)
+                await asyncio.sleep(CONNECT_RETRY_S)
+        await pool.open(wait=False)
+        app.state.connect_error = None
+        ready.set()
+        if failing:
+            log.warning("database reachable again: accepting deliveries")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        url = database_url or db.server_url(settings)
         pool = AsyncConnectionPool(url, min_size=settings.webhook_pool_size, max_size=settings.webhook_pool_size,
                                    open=False, timeout=POOL_TIMEOUT_S, kwargs={"autocommit": True})
-        await pool.open(wait=True)
         app.state.pool = pool
+        app.state.ready = asyncio.Event()
+        app.state.connect_error = None
+        connecting = asyncio.create_task(connect(url, pool, app.state.ready))
+        # A reachable database is ready before the first request, as it always was; a refusal
+        # (not an outage) fails the start with its reason.
+        await asyncio.wait([connecting], timeout=POOL_TIMEOUT_S)
+        if connecting.done() and connecting.exception() is not None:
+            raise connecting.exception()
         try:
             yield
         finally:
+            connecting.cancel()
             await pool.close()
 
     app = WebhookApp(title="rag-pipeline webhook", version="1", lifespan=lifespan,
@@ -179,11 +218,15 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
                 note["outcome"] = "probe"
                 return 200, _PROBE_ANSWER
             note["rid"] = delivery.rid
+            if not app.state.ready.is_set():
+                raise Refused(503, "database_unavailable", "database unavailable, retry later")
             try:
                 async with app.state.pool.connection() as conn:
                     cur = await conn.execute(INSERT_DELIVERY, delivery.row(), prepare=True)
                     stored = await cur.fetchone()
-            except (psycopg.OperationalError, PoolTimeout) as exc:
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+                # Down, restarting, or the connection cut mid-insert: nothing was acknowledged, and
+                # the crawler's re-send is one row however often it comes (rid).
                 log.warning("database unavailable: %s", exc)
                 raise Refused(503, "database_unavailable", "database unavailable, retry later") from exc
         except Refused as exc:
@@ -239,6 +282,9 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         """200 when the database answers, else 503."""
+        if not app.state.ready.is_set():
+            return JSONResponse({"status": "unhealthy", "error": app.state.connect_error or "connecting"},
+                                status_code=503)
         try:
             async with app.state.pool.connection(timeout=2) as conn:
                 await conn.execute("SELECT 1")

@@ -14,7 +14,32 @@ class EmbeddingError(RuntimeError):
     """Embedding failed; nothing in the call's result may be trusted unless a subclass says so."""
 
 
-class PoisonedInputError(EmbeddingError):
+class PartialEmbeddingError(EmbeddingError):
+    """The call embedded (and was billed for) part of its inputs before it failed.
+
+    ``vectors[i]`` is None for each input without a vector. Callers store the good ones before
+    failing: a retry must never pay for a text twice.
+    """
+
+    def __init__(self, message: str, *, vectors: list[list[float] | None] | None = None, tokens: int = 0,
+                 requests: int = 0, retries: int = 0) -> None:
+        #: Partial results, in input order; None where there is no vector.
+        self.vectors: list[list[float] | None] = vectors if vectors is not None else []
+        self.tokens = tokens
+        self.requests = requests
+        self.retries = retries
+        super().__init__(message)
+
+    def good_vectors(self) -> dict[int, list[float]]:
+        """The vectors that were embedded, by input index, ready to be stored."""
+        return {i: v for i, v in enumerate(self.vectors) if v is not None}
+
+
+class IncompleteEmbeddingError(PartialEmbeddingError):
+    """The API went away part-way through a call (its retries spent): the rest waits for a retry."""
+
+
+class PoisonedInputError(PartialEmbeddingError):
     """Some inputs were rejected by the server while the others were embedded.
 
     Raised only after every other input went through, so the caller can store the good
@@ -37,21 +62,13 @@ class PoisonedInputError(EmbeddingError):
         #: The server's reason for the first bad input (see ``reasons`` for each one).
         self.reason: str = reason
         self.reasons: dict[int, str] = dict(reasons) if reasons else {i: reason for i in indices}
-        #: Partial results, in input order; None for the rejected inputs.
-        self.vectors: list[list[float] | None] = vectors if vectors is not None else []
-        self.tokens = tokens
-        self.requests = requests
-        self.retries = retries
         shown = ", ".join(str(i) for i in self.indices[:20])
         more = f" (+{len(self.indices) - 20} more)" if len(self.indices) > 20 else ""
         super().__init__(
             f"{len(self.indices)} input(s) rejected by the embedding server "
-            f"at index {shown}{more}: {reason}"
+            f"at index {shown}{more}: {reason}",
+            vectors=vectors, tokens=tokens, requests=requests, retries=retries,
         )
-
-    def good_vectors(self) -> dict[int, list[float]]:
-        """The vectors that were embedded, by input index, ready to be stored."""
-        return {i: v for i, v in enumerate(self.vectors) if v is not None}
 
 
 @dataclass

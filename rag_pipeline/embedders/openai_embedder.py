@@ -21,7 +21,7 @@ from typing import Any
 import openai
 
 from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens
-from rag_pipeline.embedders.base import EmbeddingError, EmbedResult, PoisonedInputError
+from rag_pipeline.embedders.base import EmbeddingError, EmbedResult, IncompleteEmbeddingError, PoisonedInputError
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,17 @@ class OpenAIEmbedder:
             return EmbedResult(vectors=[], tokens=0, requests=0, retries=0)
         counts = self._validate(texts)
         state = _CallState(vectors=[None] * len(texts))
-        for batch in self.plan_batches(counts):
-            self._embed_or_bisect(batch, texts, counts, state)
+        try:
+            for batch in self.plan_batches(counts):
+                self._embed_or_bisect(batch, texts, counts, state)
+        except EmbeddingError as exc:
+            if not any(v is not None for v in state.vectors):
+                raise
+            # Earlier requests of this call were answered (and billed): hand their vectors over.
+            raise IncompleteEmbeddingError(
+                f"{exc} (after {sum(v is not None for v in state.vectors)} of {len(texts)} inputs were embedded)",
+                vectors=state.vectors, tokens=state.tokens, requests=state.requests, retries=state.retries,
+            ) from exc
         if state.rejected:
             first = min(state.rejected)
             log.error(

@@ -20,7 +20,7 @@ import psycopg
 
 from rag_pipeline.core.batching import WorkItem, apportion
 from rag_pipeline.core.urls import page_id
-from rag_pipeline.embedders.base import EmbeddingError, PoisonedInputError
+from rag_pipeline.embedders.base import IncompleteEmbeddingError, PoisonedInputError
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.failures import PageFailure, classify
 from rag_pipeline.store import chunks as chunk_store
@@ -34,8 +34,15 @@ PAGE_LOCK_CLASS = 0x5241_4703
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """When a failed page's delivery is tried again (RUN_RETRY_*)."""
+
     max_attempts: int
     backoff_s: float
+    max_backoff_s: float = 300.0
+
+    @classmethod
+    def from_settings(cls, settings) -> RetryPolicy:
+        return cls(settings.run_retry_max_attempts, settings.run_retry_backoff_s, settings.run_retry_backoff_max_s)
 
 
 @dataclass(frozen=True)
@@ -103,20 +110,19 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         active = spaces.active(conn)
         max_tokens, overlap_tokens = chunk_budget(active)
         for page in work:
-            yield from _source_and_stage(conn, page, max_tokens, overlap_tokens, max_page_bytes, retry,
-                                         take_delivery=not rechunk)
+            if not rechunk:
+                yield from _take_source(conn, page, max_page_bytes, retry)
+            if not page.failed:
+                yield from _stage(conn, page, max_tokens, overlap_tokens, retry)
         live = [p for p in work if not p.failed]
-        prepaid, failures = yield from _embed_shared(conn, live, embedder_for, active, retry)
-        for page in live:
-            if page.item.page_url in failures:
-                continue
-            yield _switch(conn, page, embedder_for, prepaid.get(page.item.page_url, indexing.Prepaid()),
-                          run_id, retry)
-            _release(conn, page.item.page_url, batch_key)
+        for event in _embed_and_switch(conn, live, embedder_for, active, run_id, retry):
+            yield event
+            if isinstance(event, Switched):
+                _release(conn, event.page_url, batch_key)
         for page in work:
             # A re-chunk has no delivery to count failed tries on: its page keeps the lease until
             # it runs out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
-            if (page.failed or page.item.page_url in failures) and not rechunk:
+            if page.failed and not rechunk:
                 _release(conn, page.item.page_url, batch_key)
     finally:
         _unlock_all(conn)
@@ -159,25 +165,84 @@ def _release(conn, page_url: str, batch_key: str | None) -> None:
         pages.release(conn, page_url, batch_key)
 
 
-def _source_and_stage(conn, page: _Page, max_tokens, overlap_tokens, max_page_bytes, retry,
-                      take_delivery: bool) -> Iterator[Event]:
+def take_sources(conn: psycopg.Connection, urls: Sequence[str], max_page_bytes: int,
+                 retry: RetryPolicy) -> Iterator[Sourced | Failed]:
+    """The `pages` step of a run over many partitions (a UI backfill): each page's newest queued
+    delivery made its source, a page's failure recorded on its delivery and the others going on."""
+    for url in urls:
+        yield from _take_source(conn, _Page(WorkItem(url, None, 0)), max_page_bytes, retry)
+
+
+def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget,
+                retry: RetryPolicy) -> Iterator[Staged | Failed]:
+    """The `chunks` step of a run over many partitions: each page's stored text cut anew."""
+    max_tokens, overlap_tokens = chunk_budget(spaces.active(conn))
+    conn.commit()
+    for url in urls:
+        yield from _stage(conn, _pending(conn, url)[0], max_tokens, overlap_tokens, retry)
+
+
+def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: indexing.EmbedderFor,
+                 run_id: str | None, retry: RetryPolicy) -> Iterator[Switched | Failed]:
+    """The `embeddings` step of a run over many partitions: what the pages' staged chunks lack
+    embedded in requests shared across them, then each page switched in on its own."""
+    work = []
+    for url in urls:
+        page, source_hash = _pending(conn, url)
+        page.staged = chunk_store.staged(conn, page_id(url), source_hash) if source_hash else []
+        work.append(page)
+    active = spaces.active(conn)
+    conn.commit()
+    yield from _embed_and_switch(conn, work, embedder_for, active, run_id, retry)
+
+
+def _pending(conn, url: str) -> tuple[_Page, str | None]:
+    """A page as a later step of its run finds it, and its source hash: with the delivery its
+    source came from while that crawl is not applied yet (a failure is recorded there), else
+    none (a re-chunk)."""
+    page = pages.get(conn, url)
+    conn.commit()
+    if page is None:
+        return _Page(WorkItem(url, None, 0)), None
+    if not page.source_delivery_id or page.source_delivery_id <= (page.applied_delivery_id or 0):
+        return _Page(WorkItem(url, None, 0)), page.source_hash
+    source = indexing.SourceResult("updated", page.source_hash, page.source_delivery_id,
+                                   len(page.source_text or ""), 0)
+    return _Page(WorkItem(url, None, 0), source=source), page.source_hash
+
+
+def _take_source(conn, page: _Page, max_page_bytes, retry) -> Iterator[Sourced | Failed]:
     url = page.item.page_url
-    step = "pages"
     try:
-        if take_delivery:
-            page.source = indexing.take_newest_delivery(conn, url, max_page_bytes)
-            conn.commit()  # before reporting: no page lock is held while Dagster writes its events
-            yield Sourced(url, page.source)
-        step = "chunks"
+        page.source = indexing.take_newest_delivery(conn, url, max_page_bytes)
+        conn.commit()  # before reporting: no page lock is held while Dagster writes its events
+    except Exception as exc:  # noqa: BLE001 - one page's failure is recorded, the batch goes on
+        conn.rollback()
+        yield _fail(conn, page, "pages", classify(exc), retry)
+        return
+    yield Sourced(url, page.source)
+
+
+def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Staged | Failed]:
+    url = page.item.page_url
+    try:
         staged = indexing.stage_chunks(conn, url, max_tokens, overlap_tokens)
         page.staged = (chunk_store.staged(conn, page_id(url), staged.source_hash)
                        if staged.source_hash else [])
         conn.commit()
-    except Exception as exc:  # noqa: BLE001 - one page's failure is recorded, the batch goes on
+    except Exception as exc:  # noqa: BLE001
         conn.rollback()
-        yield _fail(conn, page, step, classify(exc), retry)
+        yield _fail(conn, page, "chunks", classify(exc), retry)
         return
     yield Staged(url, staged, max_tokens, overlap_tokens)
+
+
+def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, retry) -> Iterator[Switched | Failed]:
+    prepaid, failures = yield from _embed_shared(conn, live, embedder_for, active, retry)
+    for page in live:
+        if page.item.page_url not in failures:
+            yield _switch(conn, page, embedder_for, prepaid.get(page.item.page_url, indexing.Prepaid()),
+                          run_id, retry)
 
 
 def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
@@ -207,6 +272,10 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
         except PoisonedInputError as exc:
             vectors, spent = exc.vectors, exc
             bad = {missing[i].embed_hash: exc.reasons.get(i, exc.reason) for i in exc.indices}
+        except IncompleteEmbeddingError as exc:
+            # The API went away part-way: what it did embed is kept, the pages wait for a retry.
+            indexing.keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
+            raise
         with conn.transaction():
             chunk_store.cache_vectors(conn, space, [
                 (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
@@ -261,7 +330,7 @@ def _fail(conn, page: _Page, step: str, failure: PageFailure, retry: RetryPolicy
         with conn.transaction():
             deliveries.record_run_failure(conn, delivery_id, attempts, f"{step}: {failure.reason}",
                                           retryable=failure.retryable, max_attempts=retry.max_attempts,
-                                          backoff_s=retry.backoff_s)
+                                          backoff_s=retry.backoff_s, max_backoff_s=retry.max_backoff_s)
     except psycopg.Error as exc:
         # The database itself is away: the lease runs out and the page is batched again.
         conn.rollback()

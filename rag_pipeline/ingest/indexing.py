@@ -17,7 +17,8 @@ from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
 from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown, storable
 from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
-from rag_pipeline.embedders.base import EmbedResult, Embedder, EmbeddingError, PoisonedInputError
+from rag_pipeline.embedders.base import (EmbedResult, Embedder, EmbeddingError, PartialEmbeddingError,
+                                         PoisonedInputError)
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, pages, spaces
 
@@ -225,14 +226,13 @@ def _embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[byte
         return missing, _Spent()
     try:
         result = embedder.embed([c.embed_text for c in missing])
-    except PoisonedInputError as exc:
+    except PartialEmbeddingError as exc:
         # Keep what was paid for; the page itself stays on its old version.
-        good = exc.good_vectors()
-        with conn.transaction():
-            chunk_store.cache_vectors(
-                conn, space, [(missing[i].embed_hash, v, missing[i].token_count) for i, v in good.items()]
-            )
-        _record_failure(conn, page, f"embedding refused chunk(s) {exc.indices}: {exc.reason}")
+        keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
+        if isinstance(exc, PoisonedInputError):
+            _record_failure(conn, page, f"embedding refused chunk(s) {exc.indices}: {exc.reason}")
+        else:
+            _record_failure(conn, page, f"embedding failed: {exc}")
         raise
     except EmbeddingError as exc:
         _record_failure(conn, page, f"embedding failed: {exc}")
@@ -243,6 +243,14 @@ def _embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[byte
             [(c.embed_hash, v, c.token_count) for c, v in zip(missing, result.vectors, strict=True)],
         )
     return missing, _Spent(result.tokens, result.requests, result.truncated)
+
+
+def keep_paid(conn: psycopg.Connection, space: spaces.Space, texts: list[tuple[bytes, int]],
+              exc: PartialEmbeddingError) -> None:
+    """Cache the vectors a failed call did get (``texts``: its inputs' (embed_hash, tokens), in order)."""
+    good = exc.good_vectors()
+    with conn.transaction():
+        chunk_store.cache_vectors(conn, space, [(texts[i][0], v, texts[i][1]) for i, v in good.items()])
 
 
 def cache_uncached(conn: psycopg.Connection, space: spaces.Space, embedder_of: Callable[[], Embedder | None],
@@ -256,7 +264,11 @@ def cache_uncached(conn: psycopg.Connection, space: spaces.Space, embedder_of: C
     embedder = embedder_of() if todo else None
     if embedder is None:
         return 0, None
-    result = embedder.embed([text for _, text, _ in todo])
+    try:
+        result = embedder.embed([text for _, text, _ in todo])
+    except PartialEmbeddingError as exc:
+        keep_paid(conn, space, [(h, tokens) for h, _, tokens in todo], exc)
+        raise
     with conn.transaction():
         chunk_store.cache_vectors(conn, space, [(h, v, tokens) for (h, _, tokens), v
                                                 in zip(todo, result.vectors, strict=True)])

@@ -98,7 +98,8 @@ def answer(conn: psycopg.Connection, settings: Settings, question: str, k: int, 
     """Retrieve ``k`` passages, answer from those that fit the budget, keep the live cited ones."""
     # Each read in its own short transaction: none stays open (locks held) while the model thinks.
     with conn.transaction():
-        hits = retrieve(conn, settings, question, k)
+        # Every passage of the nearest, however many of one page: an answer reads them together.
+        hits = retrieve(conn, settings, question, k, per_page=None)
     if not hits:
         return Answer(question=question, text=None)
     prompt = build_prompt(question, [Passage(h.url, h.content) for h in hits], settings.answer_max_context_tokens)

@@ -15,8 +15,10 @@ class RetrievalError(RuntimeError):
     """Nothing can be retrieved as configured; the message says why."""
 
 
-def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int) -> list[Citation]:
-    """The ``k`` passages of live pages nearest to ``question``, best first.
+def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int,
+             per_page: int | None = 1) -> list[Citation]:
+    """The ``k`` passages of live pages nearest to ``question``, best first, at most ``per_page``
+    of one page (None: no limit).
 
     The question is embedded with the active space's own model, not the configured one: keys set
     for answers must not change it, and switching the index's model is `space build`/`activate`.
@@ -33,4 +35,4 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
         vector = embedder.embed([question]).vectors[0]
     except EmbeddingError as exc:
         raise RetrievalError(f"cannot embed the question: {exc}") from exc
-    return search_store.nearest(conn, space, vector, k)
+    return search_store.nearest(conn, space, vector, k, ef_search=settings.search_ef_search, per_page=per_page)

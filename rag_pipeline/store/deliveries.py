@@ -107,8 +107,10 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
 
 
 def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int, error: str, *,
-                       retryable: bool, max_attempts: int, backoff_s: float) -> datetime | None:
-    """Count a failed run of this delivery and schedule the next try (backoff x4 per failure).
+                       retryable: bool, max_attempts: int, backoff_s: float,
+                       max_backoff_s: float) -> datetime | None:
+    """Count a failed run of this delivery and schedule the next try (backoff x4 per failure, at
+    most ``max_backoff_s``).
 
     Compare-and-set on `attempts`: the failure of one try is counted once, however often it is
     reported. Returns when the retry is due; None when there is none (not retryable, attempts
@@ -119,10 +121,10 @@ def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int,
         "UPDATE deliveries SET outcome = 'failed', error = left(%(error)s, 2000),"
         " attempts = attempts + 1,"
         " retry_at = CASE WHEN %(retryable)s AND attempts + 1 < %(max)s"
-        "            THEN now() + make_interval(secs => %(backoff)s * power(4, attempts)) END"
+        "            THEN now() + make_interval(secs => least(%(backoff)s * power(4, attempts), %(cap)s)) END"
         " WHERE id = %(id)s AND attempts = %(attempt)s AND outcome IN ('queued', 'failed')"
         " RETURNING retry_at",
-        {"error": error, "retryable": retryable, "max": max_attempts, "backoff": backoff_s,
+        {"error": error, "retryable": retryable, "max": max_attempts, "backoff": backoff_s, "cap": max_backoff_s,
          "id": delivery_id, "attempt": attempt},
     ).fetchone()
     return row[0] if row else None

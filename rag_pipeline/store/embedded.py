@@ -14,7 +14,9 @@ import logging
 import os
 import signal
 import subprocess
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -172,6 +174,39 @@ def stop(settings: Settings) -> bool:
         return False
     _pg_ctl_stop(pgdata)
     return True
+
+
+def watch(settings: Settings, every_s: float, say: Callable[[str], None]) -> None:
+    """Start the server again whenever its postmaster is gone (killed, crashed, OOM-killed): what a
+    service manager does for a server of one's own. PostgreSQL replays its WAL on the way up, so
+    every committed delivery is there again; clients see the outage as refused connections (the
+    receiver answers 503, Dagster's daemon and runs retry or are reconciled)."""
+    pgdata = pgdata_dir(settings)
+    down_since: float | None = None
+    while True:
+        if _postmaster(pgdata) is not None:
+            if down_since is not None:
+                say(f"embedded server on {pgdata} is back after {time.monotonic() - down_since:.1f} s")
+                down_since = None
+        else:
+            if down_since is None:
+                down_since = time.monotonic()
+                say(f"embedded server on {pgdata} is down; starting it again")
+            try:
+                _restart(pgdata)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+                # Backends of the dead postmaster still hold its shared memory for a moment.
+                say(f"could not start it yet ({type(exc).__name__}); trying again in {every_s:g} s "
+                    f"(its log: {pgdata / 'log'})")
+        time.sleep(every_s)
+
+
+def _restart(pgdata: Path) -> None:
+    known = _package().postgres_server.PostgresServer._instances.get(pgdata)
+    if known is not None:
+        known.ensure_postgres_running()
+    else:
+        _package().get_server(pgdata, cleanup_mode=None)
 
 
 def log_file(settings: Settings) -> Path:

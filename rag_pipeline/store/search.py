@@ -9,6 +9,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from rag_pipeline.core.ranking import best_per_key
 from rag_pipeline.store.spaces import Space
 
 EXCERPT_CHARS = 300
@@ -45,12 +46,34 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return flat[: cut if cut > limit // 2 else limit] + "…"
 
 
-def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> list[Citation]:
+# A page may hold many of the nearest passages: with one result a page, the scan asks for this
+# many times k candidates first, and for more (up to MAX_CANDIDATES) while pages repeat.
+CANDIDATES_PER_RESULT = 4
+MAX_CANDIDATES = 4000
+
+
+def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int, *,
+            ef_search: int | None = None, per_page: int | None = None) -> list[Citation]:
+    """The k chunks of live pages nearest to the vector, at most ``per_page`` of one page (None:
+    no limit). The index scan looks at max(ef_search, 2 × candidates) (SEARCH_EF_SEARCH for
+    `search` and `ask`; None: the server's setting, 40 unless set otherwise)."""
     if k < 1:
         raise ValueError("k must be at least 1")
     vec = np.asarray(query_vector, dtype=np.float32)
     if vec.shape != (space.dimensions,):
         raise ValueError(f"query vector has {vec.shape} dims, space has {space.dimensions}")
+    limit = k if per_page is None else k * CANDIDATES_PER_RESULT
+    while True:
+        hits = _scan(conn, space, vec, limit, ef_search)
+        if per_page is None:
+            return hits
+        best = best_per_key(hits, lambda c: c.page_url, per_page, k)
+        if len(best) == k or len(hits) < limit or limit >= MAX_CANDIDATES:
+            return best
+        limit = min(MAX_CANDIDATES, limit * CANDIDATES_PER_RESULT)
+
+
+def _scan(conn: psycopg.Connection, space: Space, vec: np.ndarray, limit: int, ef_search: int | None) -> list[Citation]:
     # The space's own table, named in the SQL: its HNSW index serves every plan, generic or not.
     query = sql.SQL(
         "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index,"
@@ -60,10 +83,12 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int) -> lis
         " ORDER BY v.embedding{cast} <=> %(q)s{cast} LIMIT %(k)s"
     ).format(cast=space.cast(), table=space.table())
     with conn.transaction():
-        # Enough candidates for k results; relaxed iterative scan keeps filtering from starving k.
-        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(1000, max(40, 2 * k)))))
+        # Enough candidates for the limit; relaxed iterative scan keeps filtering from starving it.
+        if ef_search is not None:
+            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                sql.Literal(min(1000, max(ef_search, 2 * limit)))))
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        rows = conn.execute(query, {"q": vec, "k": k}).fetchall()
+        rows = conn.execute(query, {"q": vec, "k": limit}).fetchall()
     rows.sort(key=lambda r: r[3])  # relaxed_order may hand back near-ties slightly out of order
     return [
         Citation(url=r[0], page_url=r[6], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2],

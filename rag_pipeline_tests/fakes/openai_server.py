@@ -105,6 +105,8 @@ class _State:
     faults: list[_Fault] = field(default_factory=list)
     poison: list[tuple[str, str]] = field(default_factory=list)
     delay_s: float = 0.0
+    outage: int | None = None   # while set, every request answers this status
+    flaky: tuple[float, tuple[int, ...], object] | None = None   # (rate, statuses, random.Random)
     chat_calls: list[ChatCall] = field(default_factory=list)
     chat_script: list[ChatReplyScript] = field(default_factory=list)
 
@@ -175,14 +177,33 @@ class FakeOpenAI:
     # -- fault injection ---------------------------------------------------------------
 
     def fail_next(self, n: int, status: int = 429, retry_after: float | None = None,
-                  message: str | None = None, code: str | None = None, *, endpoint: str | None = None) -> None:
-        """The next ``n`` authenticated requests get ``status`` (with Retry-After headers if given).
+                  message: str | None = None, code: str | None = None, *, endpoint: str | None = None,
+                  after: int = 0) -> None:
+        """The next ``n`` authenticated requests get ``status`` (with Retry-After headers if given),
+        once ``after`` more have been answered normally.
 
         ``endpoint`` ("embeddings" or "chat") limits the faults to that endpoint's requests."""
         if endpoint not in (None, "embeddings", "chat"):
             raise ValueError(f"unknown endpoint {endpoint!r}")
         with self._lock:
+            self._state.faults.extend(_Fault(0, None, None, None, endpoint) for _ in range(after))
             self._state.faults.extend(_Fault(status, retry_after, message, code, endpoint) for _ in range(n))
+
+    def outage(self, status: int = 503) -> None:
+        """Every authenticated request answers ``status`` until ``recover()``: the API down."""
+        with self._lock:
+            self._state.outage = status
+
+    def recover(self) -> None:
+        with self._lock:
+            self._state.outage = None
+
+    def flaky(self, rate: float, statuses: tuple[int, ...] = (429, 500), seed: int = 0) -> None:
+        """Each request fails with one of ``statuses`` with probability ``rate`` (0 turns it off)."""
+        import random
+
+        with self._lock:
+            self._state.flaky = (rate, statuses, random.Random(seed)) if rate > 0 else None
 
     def script_chat(self, *replies: ChatReplyScript) -> None:
         """The next chat completions answer these, in order: a string, or a function of the messages
@@ -291,6 +312,12 @@ class FakeOpenAI:
             fault = next((f for f in state.faults if f.endpoint in (None, endpoint)), None)
             if fault is not None:
                 state.faults.remove(fault)
+            elif state.outage is not None:
+                fault = _Fault(state.outage, None, None, None)
+            elif state.flaky is not None and state.flaky[2].random() < state.flaky[0]:
+                fault = _Fault(state.flaky[2].choice(state.flaky[1]), None, None, None)
+        if fault is not None and fault.status == 0:
+            fault = None   # a request let through before the faults begin (fail_next's `after`)
         if fault is not None:
             record(state, fault.status, [])
             message, type_, code = _STATUS_ERRORS.get(fault.status, (f"HTTP {fault.status}", "server_error", None))

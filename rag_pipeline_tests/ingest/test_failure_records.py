@@ -76,7 +76,7 @@ def test_a_run_failure_text_with_nul_is_stored_without_it(db_conn):
     routing.route_batch(db_conn, 100, MAX)
     due = deliveries.record_run_failure(
         db_conn, delivery_id, 0, "embeddings: server said \x00bad\x00 input",
-        retryable=True, max_attempts=3, backoff_s=60,
+        retryable=True, max_attempts=3, backoff_s=60, max_backoff_s=300,
     )
     assert due is not None
     outcome, error, _, _ = row(db_conn, delivery_id)

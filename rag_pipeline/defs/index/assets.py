@@ -1,4 +1,10 @@
-"""The index of one page, as three assets on the `pages` partitions (key: normalized URL)."""
+"""The index of a page, as three assets on the `pages` partitions (key: normalized URL).
+
+Materialized by hand from the UI (one page, or a backfill in ranges of up to RANGE_PAGES pages a
+run: each step goes through its pages one by one, the embedding requests shared across them, and
+one page's failure leaves the others done). Delivery batches report these assets' partitions from
+`index_batch` (batch.py) with the same metadata.
+"""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -6,38 +12,71 @@ from contextlib import contextmanager
 import dagster as dg
 
 from rag_pipeline.core.chunking import CHUNKER_VERSION
-from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
+from rag_pipeline.defs.index.events import EventWriter
+from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
-from rag_pipeline.ingest import indexing
+from rag_pipeline.ingest import batch
+from rag_pipeline.ingest.batch import Failed, RetryPolicy
 from rag_pipeline.ingest.failures import classify
-from rag_pipeline.store import spaces
 from rag_pipeline.settings import get_settings
 
 GROUP = "index"
-# Read by delivery_failure_sensor: a later run would fail the same way, so none is scheduled.
-RETRYABLE_METADATA = "retryable"
 
-
-def _not_retryable(description: str) -> dg.Failure:
-    return dg.Failure(description=description, allow_retries=False, metadata={RETRYABLE_METADATA: False})
+# A backfill from the UI (or a launched partition range) runs up to this many pages a run, as
+# contiguous ranges of the `pages` partitions, not a run a page. Dagster cuts runs by this policy
+# at definition time, so it is a constant here: the size of a sensor batch's default.
+RANGE_PAGES = 1000
+ranged_backfill = dg.BackfillPolicy.multi_run(max_partitions_per_run=RANGE_PAGES)
 
 
 @contextmanager
 def _failures_a_retry_cannot_fix() -> Iterator[None]:
-    """A failure a later run would meet again fails the step without a retry (ingest/failures.py)."""
+    """A failure of the whole step that a later run would meet again fails it without a retry."""
     try:
         yield
     except Exception as exc:
         failure = classify(exc)
         if failure.retryable:
             raise
-        raise _not_retryable(failure.reason) from exc
+        raise dg.Failure(description=failure.reason, allow_retries=False) from exc
+
+
+def pages_failed(failed: list[Failed], total: int, switched: int) -> dg.Failure:
+    """The red run of pages that failed among others that went on: each named, with its reason."""
+    shown = "; ".join(f"{f.page_url}: {f.failure.reason[:200]}" for f in failed[:5])
+    more = f" (+{len(failed) - 5} more)" if len(failed) > 5 else ""
+    return dg.Failure(
+        description=f"{len(failed)} of {total} page(s) failed, the others went on: {shown}{more}",
+        metadata={"pages_failed": len(failed), "pages_done": switched},
+        # A retry (the rechunk job's policy) helps only when some page failed for a passing reason.
+        allow_retries=any(f.failure.retryable for f in failed),
+    )
+
+
+def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: list[Failed]) -> dg.MaterializeResult:
+    """Each page of the step on its own partition, with its own metadata. When some failed, the
+    step fails (its other pages are done and recorded as materialized, the failed ones observed
+    with `status: failed`), so a partition never shows a materialization of work that failed."""
+    if not failed:
+        for url, metadata in done.items():
+            context.add_asset_metadata(metadata, partition_key=url)
+        return dg.MaterializeResult()
+    writer = EventWriter(context.op_execution_context)
+    for url, metadata in done.items():
+        writer.add(dg.AssetMaterialization(asset_key=context.asset_key, partition=url, metadata=metadata))
+    for event in failed:
+        context.log.warning(f"{event.page_url}: {event.failure.reason}")
+        writer.add(dg.AssetObservation(asset_key=context.asset_key, partition=event.page_url,
+                                       metadata=failure_metadata(event)))
+    writer.flush()
+    raise pages_failed(failed, len(done) + len(failed), len(done))
 
 
 @dg.asset(
     partitions_def=pages_partitions,
     group_name=GROUP,
+    backfill_policy=ranged_backfill,
     kinds={"postgres"},
 )
 def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
@@ -46,14 +85,22 @@ def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.M
     Kept in full so that a new chunker re-cuts pages without recrawling them.
     """
     settings = get_settings()
+    done: dict[str, dict] = {}
+    failed: list[Failed] = []
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        result = indexing.take_newest_delivery(conn, context.partition_key, settings.webhook_max_page_bytes)
-    return dg.MaterializeResult(metadata=source_metadata(result))
+        for event in batch.take_sources(conn, context.partition_keys, settings.webhook_max_page_bytes,
+                                        RetryPolicy.from_settings(settings)):
+            if isinstance(event, Failed):
+                failed.append(event)
+            else:
+                done[event.page_url] = source_metadata(event.result)
+    return _result(context, done, failed)
 
 
 @dg.asset(
     partitions_def=pages_partitions,
     group_name=GROUP,
+    backfill_policy=ranged_backfill,
     deps=[pages],
     code_version=CHUNKER_VERSION,
     kinds={"postgres"},
@@ -65,21 +112,28 @@ def chunks(
 
     Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
     """
+    done: dict[str, dict] = {}
+    failed: list[Failed] = []
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        # Sized to the model the page will be embedded with: the active space's.
-        max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
-        result = indexing.stage_chunks(conn, context.partition_key, max_tokens, overlap_tokens)
-    return dg.MaterializeResult(metadata=chunk_metadata(result, max_tokens, overlap_tokens))
+        # Sized to the model the pages will be embedded with: the active space's.
+        for event in batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
+                                       RetryPolicy.from_settings(get_settings())):
+            if isinstance(event, Failed):
+                failed.append(event)
+            else:
+                done[event.page_url] = chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)
+    return _result(context, done, failed)
 
 
 @dg.asset(
     partitions_def=pages_partitions,
     group_name=GROUP,
+    backfill_policy=ranged_backfill,
     deps=[chunks],
     kinds={"postgres", "openai"},
     pool="embedding_api",
-    # No step retries: the embedder already retries blips (429/5xx, with backoff), and a failed
-    # run is tried again minutes later by delivery_failure_sensor, which outlasts an outage.
+    # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
+    # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.
 )
 def embeddings(
     context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
@@ -90,10 +144,14 @@ def embeddings(
     Embedded with the active space's model, whatever is configured (the configured model makes
     only the first space; `space build` / `space activate` switch models).
     """
+    done: dict[str, dict] = {}
+    failed: list[Failed] = []
+    seen: dict = {}
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        result = indexing.embed_and_switch(conn, context.partition_key, embedder.for_space, context.run_id)
-        space = spaces.by_id(conn, result.space_id) if result.space_id is not None else None
-    note = embedder.note(space)
-    if note:
-        context.log.info(note)
-    return dg.MaterializeResult(metadata=switch_metadata(result, space, note))
+        for event in batch.switch_pages(conn, context.partition_keys, embedder.for_space,
+                                        context.run_id, RetryPolicy.from_settings(get_settings())):
+            if isinstance(event, Failed):
+                failed.append(event)
+                continue
+            done[event.page_url] = switch_metadata(conn, event.result, embedder, seen, context.log)
+    return _result(context, done, failed)

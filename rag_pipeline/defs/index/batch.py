@@ -18,16 +18,15 @@ from typing import Optional
 import dagster as dg
 
 from rag_pipeline.core.batching import WorkItem, plan_batches
-from rag_pipeline.defs.index.assets import chunks, embeddings, pages
+from rag_pipeline.defs.index.assets import chunks, embeddings, pages, pages_failed
 from rag_pipeline.defs.index.events import EventWriter
-from rag_pipeline.defs.index.metadata import chunk_metadata, source_metadata, switch_metadata
+from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.recovery import BATCH_TAG, Heartbeat
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import batches
 from rag_pipeline.store import pages as pages_store
-from rag_pipeline.store import spaces
 
 PAGES_TAG = "rag/pages"
 _FAILED_STEP_ASSET = {"pages": pages.key, "chunks": chunks.key, "embeddings": embeddings.key}
@@ -94,7 +93,6 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
     page), the embedding requests shared across pages; a page's failure fails that page alone."""
     items = config.items()
     settings = get_settings()
-    retry = RetryPolicy(settings.run_retry_max_attempts, settings.run_retry_backoff_s)
     counts: Counter = Counter()
     failed: list[Failed] = []
     noted: dict = {}   # the spaces seen in this run, and whether their note was logged
@@ -103,7 +101,7 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
         events = apply_batch(
             conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
             chunk_budget=embedder.chunk_budget, max_page_bytes=settings.webhook_max_page_bytes,
-            retry=retry, run_id=context.run_id, rechunk=config.rechunk,
+            retry=RetryPolicy.from_settings(settings), run_id=context.run_id, rechunk=config.rechunk,
         )
         try:
             for event in events:
@@ -115,15 +113,9 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
     context.log.info(f"{len(items)} page(s): {switched} switched, {len(failed)} failed, "
                      f"{counts['Skipped']} skipped")
     if failed:
-        shown = "; ".join(f"{f.page_url}: {f.failure.reason[:200]}" for f in failed[:5])
-        more = f" (+{len(failed) - 5} more)" if len(failed) > 5 else ""
         # Each page's failure is recorded on its delivery (and retried, if a retry can help);
         # failing the run shows the batch red in the UI with the pages that need a look.
-        raise dg.Failure(
-            description=f"{len(failed)} of {len(items)} page(s) failed, the others switched in: {shown}{more}",
-            metadata={"pages_failed": len(failed), "pages_switched": switched},
-            allow_retries=False,
-        )
+        raise pages_failed(failed, len(items), switched)
 
 
 @contextmanager
@@ -144,16 +136,6 @@ def _beating(context, conn, postgres, batch_key: Optional[str], settings):
         batches.end(conn, batch_key, "applied")
 
 
-def _space(conn, space_id: int | None, seen: dict):
-    """The space a page switched into (a batch switches hundreds of pages into one or two)."""
-    if space_id is None:
-        return None
-    if space_id not in seen:
-        seen[space_id] = spaces.by_id(conn, space_id)
-        conn.commit()
-    return seen[space_id]
-
-
 def _report(context, conn, embedder, writer: EventWriter, event, failed: list, noted: dict) -> None:
     """One step of one page, as the UI shows it: a materialization on the page's partition, or an
     observation with `status: failed` on the asset whose step failed."""
@@ -165,22 +147,15 @@ def _report(context, conn, embedder, writer: EventWriter, event, failed: list, n
             asset_key=chunks.key, partition=event.page_url,
             metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)))
     elif isinstance(event, Switched):
-        space = _space(conn, event.result.space_id, noted)
-        note = embedder.note(space)
-        if note and ("noted", space.space_id) not in noted:
-            noted[("noted", space.space_id)] = True
-            context.log.info(note)
         writer.add(dg.AssetMaterialization(asset_key=embeddings.key, partition=event.page_url,
-                                           metadata=switch_metadata(event.result, space, note)))
+                                           metadata=switch_metadata(conn, event.result, embedder, noted, context.log)))
     elif isinstance(event, Failed):
         failed.append(event)
         context.log.warning(f"{event.page_url}: {event.step} failed "
                             f"({'retried later' if event.failure.retryable else 'not retried'}): "
                             f"{event.failure.reason}")
-        writer.add(dg.AssetObservation(
-            asset_key=_FAILED_STEP_ASSET[event.step], partition=event.page_url,
-            metadata={"status": "failed", "error": event.failure.reason[:2000],
-                      "retryable": event.failure.retryable, "delivery_id": event.delivery_id or 0}))
+        writer.add(dg.AssetObservation(asset_key=_FAILED_STEP_ASSET[event.step], partition=event.page_url,
+                                       metadata=failure_metadata(event)))
     elif isinstance(event, Skipped):
         context.log.info(f"{event.page_url}: skipped, {event.reason}")
 

@@ -2,16 +2,18 @@ import dagster as dg
 
 from rag_pipeline.defs.index.assets import chunks, embeddings, pages
 
-# What a changed page costs: its source, its chunks, its vectors, in one run.
+# What a changed page costs: its source, its chunks, its vectors; started by hand from the UI.
 index_page_job = dg.define_asset_job(
     name="index_page",
     # Index-wide checks run in their own scheduled job, not in every page run.
     selection=dg.AssetSelection.assets(pages, chunks, embeddings).without_checks(),
-    description="Re-index one page: newest delivery → chunks → vectors, switched in one transaction.",
+    description="Re-index pages (one, or a UI backfill in ranges of up to 1,000 a run): newest delivery → "
+                "chunks → vectors, each page switched in its own transaction.",
 )
 
-# Re-cut chosen pages from their stored text (a UI backfill over some partitions): no crawl, no
-# `pages` step. In bulk, rechunk_sensor re-cuts every outdated page in batch runs instead.
+# Re-cut chosen pages from their stored text (a UI backfill over some partitions, in ranges of up
+# to RANGE_PAGES pages a run): no crawl, no `pages` step. rechunk_sensor re-cuts every outdated
+# page in batch runs instead, leased like delivery batches.
 rechunk_job = dg.define_asset_job(
     name="rechunk",
     selection=dg.AssetSelection.assets(chunks, embeddings).without_checks(),

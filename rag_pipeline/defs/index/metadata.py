@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.ingest import indexing
-from rag_pipeline.store.spaces import Space
+from rag_pipeline.ingest.batch import Failed
+from rag_pipeline.store import spaces
 
 
 def source_metadata(result: indexing.SourceResult) -> dict:
@@ -29,8 +30,17 @@ def chunk_metadata(result: indexing.StageResult, max_tokens: int, overlap_tokens
     }
 
 
-def switch_metadata(result: indexing.SwitchResult, space: Space | None, note: str | None) -> dict:
-    extra: dict = {"note": note} if note else {}
+def switch_metadata(conn, result: indexing.SwitchResult, embedder, seen: dict, log) -> dict:
+    """``embedder.note`` says when the configured model is not the space's: logged once a run
+    (``seen`` is the run's memo of spaces) and kept on every page it concerns."""
+    space = _space_of(conn, result.space_id, seen)
+    note = embedder.note(space)
+    extra: dict = {}
+    if note:
+        extra["note"] = note
+        if ("noted", space.space_id) not in seen:
+            seen[("noted", space.space_id)] = True
+            log.info(note)
     if space is not None:
         extra["embedding_space"] = f"{space.model} ({space.dimensions} dims)"
     return {
@@ -44,3 +54,19 @@ def switch_metadata(result: indexing.SwitchResult, space: Space | None, note: st
         "requests": result.requests,
         "inputs_truncated": result.truncated,
     }
+
+
+def failure_metadata(event: Failed) -> dict:
+    """Observed on the partition of the asset whose step failed for this page."""
+    return {"status": "failed", "error": event.failure.reason[:2000], "retryable": event.failure.retryable,
+            "delivery_id": event.delivery_id or 0}
+
+
+def _space_of(conn, space_id: int | None, seen: dict) -> spaces.Space | None:
+    """The space a page switched into (a run switches hundreds of pages into one or two)."""
+    if space_id is None:
+        return None
+    if space_id not in seen:
+        seen[space_id] = spaces.by_id(conn, space_id)
+        conn.commit()
+    return seen[space_id]

@@ -44,7 +44,7 @@ def free_batch(conn: psycopg.Connection, batch_key: str, reason: str, settings) 
                 conn, pending.id, deliveries.attempts_of(conn, pending.id),
                 f"the batch {batch_key} did not apply this page: {reason}",
                 retryable=True, max_attempts=settings.run_retry_max_attempts,
-                backoff_s=settings.run_retry_backoff_s,
+                backoff_s=settings.run_retry_backoff_s, max_backoff_s=settings.run_retry_backoff_max_s,
             )
         batches.end(conn, batch_key, reason)
     return freed

@@ -1,0 +1,172 @@
+"""Search quality: recall@10 of the HNSW index against exact search, and latency, at several
+`hnsw.ef_search` values (issue 12, point 1).
+
+A fresh database gets `--pages` pages of `--chunks-per-page` chunks (default 5,000 × 20 = 100,000)
+written through the project's own path (deliveries stored, routed and applied by `apply_batch`,
+so the index is built incrementally, as production builds it), embedded by an in-process
+embedder that gives each text a unit vector near one of `--clusters` random centres (384 dims):
+clustered like real embeddings, which is what makes approximate search miss. Then `--queries`
+query vectors (near the same centres) are searched with `store.search.nearest` at each ef_search,
+and their true 10 nearest found by the same SQL with index scans off (exact). The same after a
+bulk rebuild of the index (REINDEX). Printed: recall@10 (mean, and queries with none of their
+true 10), latency p50/p95/p99 per ef_search, and the default the project uses. Last line:
+`SEARCH recall@10=… p95=…ms at N chunks` (the project's default search settings, incremental index).
+
+    .venv/bin/python bench/search_quality.py [--pages 5000] [--chunks-per-page 20] [--queries 500]
+        [--ef 40,80,120,160,200,320] [--clusters 200] [--seed 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from bench.database import bench_database  # noqa: E402
+from rag_pipeline.embedders.base import EmbedResult  # noqa: E402
+from rag_pipeline.ingest import batch as batch_apply  # noqa: E402
+from rag_pipeline.ingest.routing import route_batch  # noqa: E402
+from rag_pipeline.settings import Settings  # noqa: E402
+from rag_pipeline.store import db, deliveries, search, spaces  # noqa: E402
+
+DIMENSIONS = 384
+MAX_PAGE_BYTES = 10_000_000
+PAGES_PER_BATCH = 250
+
+
+class ClusteredEmbedder:
+    """Each text near one of the centres (chosen by its hash), the same text always the same vector."""
+
+    model = "bench-clustered"
+    dimensions = DIMENSIONS
+
+    def __init__(self, centres: np.ndarray, spread: float):
+        self.centres, self.spread = centres, spread
+
+    def vector(self, text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        rng = np.random.default_rng(seed)
+        v = self.centres[seed % len(self.centres)] + self.spread * rng.standard_normal(DIMENSIONS)
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    def embed(self, texts: list[str]) -> EmbedResult:
+        return EmbedResult([self.vector(t) for t in texts], sum(len(t) // 4 for t in texts), 1, 0)
+
+
+def page_text(n: int, chunks: int) -> str:
+    # One paragraph a chunk: a budget of 40 tokens cuts each paragraph on its own.
+    paragraphs = [f"Paragraph {i} of page {n}: {uuid.uuid4().hex} {uuid.uuid4().hex}." for i in range(chunks)]
+    return f"# Page {n}\n\n" + "\n\n".join(paragraphs)
+
+
+def load(url: str, pages: int, per_page: int, embedder: ClusteredEmbedder) -> int:
+    started = time.perf_counter()
+    with db.connection(url) as conn:
+        for first in range(0, pages, PAGES_PER_BATCH):
+            for n in range(first, min(pages, first + PAGES_PER_BATCH)):
+                deliveries.insert(conn, rid=uuid.uuid4().hex, url=f"https://docs.example.com/q/{n}", pushed_url=None,
+                                  crawler_status=200, original_status=200, content_type="text/markdown",
+                                  body=gzip.compress(page_text(n, per_page).encode()), body_encoding="gzip")
+            conn.commit()
+            route_batch(conn, PAGES_PER_BATCH, MAX_PAGE_BYTES)
+            work = deliveries.queued_work(conn, PAGES_PER_BATCH)
+            conn.commit()
+            events = list(batch_apply.apply_batch(
+                conn, work, batch_key=None, embedder_for=lambda _space: embedder,
+                chunk_budget=lambda _space: (40, 0), max_page_bytes=MAX_PAGE_BYTES,
+                retry=batch_apply.RetryPolicy(3, 1.0)))
+            failed = [e for e in events if isinstance(e, batch_apply.Failed)]
+            if failed:
+                raise SystemExit(f"loading failed: {failed[0].failure.reason}")
+            done = min(pages, first + PAGES_PER_BATCH)
+            if done % 1000 == 0 or done == pages:
+                print(f"  {done:,} pages loaded ({time.perf_counter() - started:.0f} s)", flush=True)
+        conn.execute("ANALYZE")
+        conn.commit()
+        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+
+def exact(conn, space: spaces.Space, q: np.ndarray, k: int) -> list[str]:
+    """The true k nearest: the same query as search, with index scans off."""
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        rows = search.nearest(conn, space, q, k, ef_search=None)
+    return [f"{r.page_url}#{r.chunk_index}" for r in rows]
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def measure(conn, space, queries, truth, ef_values, label: str) -> dict[int, tuple[float, int, float, float, float]]:
+    results = {}
+    print(f"{label}:")
+    print(f"  {'ef_search':>9}  {'recall@10':>9}  {'0 of 10':>7}  {'p50 ms':>7}  {'p95 ms':>7}  {'p99 ms':>7}")
+    for ef in ef_values:
+        recalls, times, zero = [], [], 0
+        for q, true in zip(queries, truth):
+            t0 = time.perf_counter()
+            hits = search.nearest(conn, space, q, 10, ef_search=ef)
+            times.append((time.perf_counter() - t0) * 1000)
+            got = {f"{r.page_url}#{r.chunk_index}" for r in hits}
+            share = len(got & set(true)) / len(true)
+            recalls.append(share)
+            zero += share == 0
+        row = (float(np.mean(recalls)), zero, pct(times, 50), pct(times, 95), pct(times, 99))
+        results[ef] = row
+        print(f"  {ef:>9}  {row[0]:>9.3f}  {zero:>7}  {row[2]:>7.1f}  {row[3]:>7.1f}  {row[4]:>7.1f}", flush=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=5000)
+    parser.add_argument("--chunks-per-page", type=int, default=20)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--ef", default="40,80,120,160,200,320")
+    parser.add_argument("--clusters", type=int, default=200)
+    parser.add_argument("--spread", type=float, default=0.6, help="noise around a centre, per dimension")
+    parser.add_argument("--seed", type=int, default=5)
+    args = parser.parse_args()
+    ef_values = [int(v) for v in args.ef.split(",")]
+    rng = np.random.default_rng(args.seed)
+    centres = rng.standard_normal((args.clusters, DIMENSIONS)) / np.sqrt(DIMENSIONS) * 3
+    embedder = ClusteredEmbedder(centres, args.spread / np.sqrt(DIMENSIONS))
+    default_ef = Settings().search_ef_search
+    with bench_database("search") as url:
+        print(f"search quality: {args.pages:,} pages × {args.chunks_per_page} chunks, {DIMENSIONS} dims, "
+              f"{args.clusters} clusters, {args.queries} queries")
+        chunks = load(url, args.pages, args.chunks_per_page, embedder)
+        with db.connection(url) as conn:
+            space = spaces.active(conn)
+            conn.commit()
+            queries = [embedder.vector(f"query {i} {uuid.uuid4().hex}") for i in range(args.queries)]
+            t0 = time.perf_counter()
+            truth = [exact(conn, space, q, 10) for q in queries]
+            print(f"  exact search for {len(queries)} queries: {time.perf_counter() - t0:.1f} s")
+            grid = sorted(set(ef_values) | {default_ef})
+            incremental = measure(conn, space, queries, truth, grid, f"incremental index ({chunks:,} chunks)")
+            t0 = time.perf_counter()
+            conn.execute(sql.SQL("REINDEX INDEX {}").format(sql.Identifier(space.index_name())))
+            conn.commit()
+            print(f"  bulk rebuild (REINDEX): {time.perf_counter() - t0:.1f} s")
+            measure(conn, space, queries, truth, grid, "after a bulk rebuild")
+    recall, _, _, p95, _ = incremental[default_ef]
+    print(f"default: hnsw.ef_search = max(SEARCH_EF_SEARCH={default_ef}, 2k), iterative scan relaxed_order")
+    print(f"SEARCH recall@10={recall:.3f} p95={p95:.1f}ms at {chunks} chunks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The real Dagster daemon on the repo's workspace, with the receiver and a fake embedder on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.settings import Settings
+from rag_pipeline.store import db
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.harness import TOKEN, configure
+from rag_pipeline_tests.servers import serve
+from webhook_sensor.app import create_app
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+class Daemon:
+    def __init__(self, proc: subprocess.Popen, instance: dg.DagsterInstance, log: Path):
+        self.proc, self.instance, self.log = proc, instance, log
+
+    def wait(self, condition, timeout_s: float, what: str):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                pytest.fail(f"the daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}")
+            time.sleep(0.05)
+        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.tail()}")
+
+    def batch_runs(self) -> list[dg.DagsterRun]:
+        return sorted(self.instance.get_runs(filters=dg.RunsFilter(job_name="index_batch")),
+                      key=lambda r: r.run_id)
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+
+@contextmanager
+def daemon_stack(database_url: str, dagster_url: str, tmp_path: Path, monkeypatch):
+    """Receiver and fake embedder on loopback, and `start(**env)` for `dagster-daemon run` on the
+    repo's workspace; every daemon started is killed with its process group at the end."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(CHECKOUT / "dagster.yaml", home / "dagster.yaml")
+    db.ensure_database(dagster_url)
+    with FakeOpenAI(dimensions=64) as fake:
+        env = dict(
+            DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
+            OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0",
+            # Recovery by heartbeat only: a lease that outlives every test, a worker silent 5 s is gone.
+            RUN_RETRY_BACKOFF_S="0", BATCH_HEARTBEAT_S="1", BATCH_HEARTBEAT_TIMEOUT_S="5", DAGSTER_HOME=str(home),
+            DAGSTER_POSTGRES_URL=dagster_url, RAG_HOME=str(tmp_path / "rag_home"),
+        )
+        configure(monkeypatch, **env)
+        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
+        log = tmp_path / "daemon.log"
+        with serve(app, health_path="/healthz") as base, log.open("w") as out:
+            instance = dg.DagsterInstance.from_config(str(home))
+
+            def start(**extra: str) -> Daemon:
+                proc = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(CHECKOUT / "workspace.yaml")],
+                                        cwd=CHECKOUT, env={**os.environ, **env, **extra}, stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+                daemons.append(proc)
+                return Daemon(proc, instance, log)
+
+            daemons: list[subprocess.Popen] = []
+            try:
+                yield base, fake, start
+            finally:
+                for proc in daemons:
+                    kill_group(proc)
+                instance.dispose()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """The daemon and everything it started. SIGTERM first; then SIGKILL for the whole group even
+    when the daemon is gone: a code server whose run worker was killed can outlive its daemon
+    (seen: SIGTERM and the missing heartbeat left it running)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(10)
+
+
