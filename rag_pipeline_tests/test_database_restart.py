@@ -67,7 +67,7 @@ def test_a_killed_postmaster_is_restarted_and_nothing_acknowledged_is_lost(own_s
     try:
         with daemon_stack(url, dagster_url, tmp_path, monkeypatch) as (base, fake, start):
             daemon = start()
-            pages = 80
+            pages = 40
             statuses: list[int | None] = []
             acknowledged: set[int] = set()
 
@@ -83,7 +83,7 @@ def test_a_killed_postmaster_is_restarted_and_nothing_acknowledged_is_lost(own_s
                     time.sleep(0.2)
 
             with httpx.Client(timeout=10) as client:
-                fake.delay(3.0)          # the first batch is inside its embedding request when the server dies
+                fake.delay(2.0)          # the first batch is inside its embedding request when the server dies
                 for n in range(pages // 2):
                     push_until_acknowledged(client, n)
                 daemon.wait(lambda: any(r.status == dg.DagsterRunStatus.STARTED for r in daemon.batch_runs()),
@@ -110,11 +110,18 @@ def test_a_killed_postmaster_is_restarted_and_nothing_acknowledged_is_lost(own_s
                 assert conn.execute("SELECT count(*) FROM deliveries WHERE outcome <> 'embedded'").fetchone()[0] == 0
             daemon.wait(lambda: all(r.is_finished for r in daemon.batch_runs()), 120, "every batch run to end")
             assert not [r for r in daemon.batch_runs() if r.status == dg.DagsterRunStatus.STARTED]
+        # A clean stop is the operator's: the watch leaves it stopped.
+        _cli(home, "db", "stop")
+        deadline = time.monotonic() + 10
+        while "left stopped" not in watcher_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.5)                  # three more looks of the watch
+        assert embedded._postmaster(home / "pgdata") is None
     finally:
         kill_group(watcher)
     log = watcher_log.read_text()
     assert "is down; starting it again" in log and "is back after" in log, log
-    assert embedded._postmaster(home / "pgdata").pid != killed
+    assert "stopped (cleanly): left stopped" in log, log
 
 
 def test_db_watch_refuses_what_it_cannot_keep_up_in_one_line(monkeypatch, tmp_path):

@@ -177,17 +177,29 @@ def stop(settings: Settings) -> bool:
 
 
 def watch(settings: Settings, every_s: float, say: Callable[[str], None]) -> None:
-    """Start the server again whenever its postmaster is gone (killed, crashed, OOM-killed): what a
+    """Start the server again whenever its postmaster died (killed, crashed, OOM-killed): what a
     service manager does for a server of one's own. PostgreSQL replays its WAL on the way up, so
     every committed delivery is there again; clients see the outage as refused connections (the
-    receiver answers 503, Dagster's daemon and runs retry or are reconciled)."""
+    receiver answers 503, Dagster's daemon and runs retry or are reconciled). A server stopped
+    cleanly (`db stop`: no postmaster.pid left) stays stopped."""
     pgdata = pgdata_dir(settings)
     down_since: float | None = None
+    stopped_said = False
     while True:
-        if _postmaster(pgdata) is not None:
+        try:
+            info = _package().utils.PostmasterInfo.read_from_pgdata(pgdata)
+            alive = info is not None and info.is_running() and info.process.status() != psutil.STATUS_ZOMBIE
+        except (AssertionError, OSError, ValueError, psutil.Error):
+            time.sleep(every_s)   # postmaster.pid half written (a start in progress): look again
+            continue
+        if alive:
             if down_since is not None:
                 say(f"embedded server on {pgdata} is back after {time.monotonic() - down_since:.1f} s")
-                down_since = None
+            down_since, stopped_said = None, False
+        elif info is None:
+            if not stopped_said:
+                say(f"embedded server on {pgdata} is stopped (cleanly): left stopped until it is started")
+                stopped_said = True
         else:
             if down_since is None:
                 down_since = time.monotonic()
