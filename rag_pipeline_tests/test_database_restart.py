@@ -88,7 +88,9 @@ def test_a_killed_postmaster_is_restarted_and_nothing_acknowledged_is_lost(own_s
                     push_until_acknowledged(client, n)
                 daemon.wait(lambda: any(r.status == dg.DagsterRunStatus.STARTED for r in daemon.batch_runs()),
                             120, "a batch run working")
-                time.sleep(1.0)
+                with psycopg.connect(url, autocommit=True) as peek:   # staged: its embedding request is next
+                    daemon.wait(lambda: peek.execute("SELECT count(*) FROM staged_chunks").fetchone()[0], 60,
+                                "the batch to stage its chunks")
                 killed = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
                 os.kill(killed, signal.SIGKILL)
                 fake.delay(0.0)
@@ -115,7 +117,6 @@ def test_a_killed_postmaster_is_restarted_and_nothing_acknowledged_is_lost(own_s
         deadline = time.monotonic() + 10
         while "left stopped" not in watcher_log.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(1.5)                  # three more looks of the watch
         assert embedded._postmaster(home / "pgdata") is None
     finally:
         kill_group(watcher)
@@ -168,7 +169,10 @@ def test_a_receiver_started_while_its_database_is_down_answers_503_then_stores(o
             assert "Connection refused" in health.json()["error"] or "No such file" in health.json()["error"]
             refused = _post(client, base, 1)
             assert refused == 503
-            time.sleep(2)                      # retrying meanwhile, not exiting
+            deadline = time.monotonic() + 30   # retrying meanwhile, not exiting
+            while "database unavailable at start" not in (tmp_path / "receiver.log").read_text():
+                assert receiver.poll() is None and time.monotonic() < deadline, (tmp_path / "receiver.log").read_text()
+                time.sleep(0.2)
             assert receiver.poll() is None, (tmp_path / "receiver.log").read_text()
 
             _cli(home, "db", "start")
