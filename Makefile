@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Test processes: each runs whole files (the daemon tests of one file share nothing with the others).
+TEST_WORKERS ?= 2
 
 .PHONY: run test install bench clean db-stop
 
@@ -20,7 +22,7 @@ run: $(STAMP)
 	bash scripts/run.sh
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Every script in bench/ that runs as a program is a benchmark; each prints its own figures.
 bench: $(STAMP)
