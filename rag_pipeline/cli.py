@@ -163,23 +163,49 @@ def webhook(host: str, port: int, workers: int | None) -> None:
                 access_log=False)
 
 
+def _filter_options(command):
+    """--max-age, --changed-since, --site: which pages a passage may come from (in the index scan)."""
+    for option in reversed([
+        click.option("--max-age", "max_age", metavar="AGE",
+                     help="Only pages verified within AGE (30m, 12h, 7d, 2w)."),
+        click.option("--changed-since", "changed_since", metavar="DATE",
+                     help="Only pages whose content changed at or after DATE (YYYY-MM-DD or ISO date and time; UTC)."),
+        click.option("--site", "sites", multiple=True, metavar="GLOB",
+                     help="Only pages whose URL matches GLOB (* and ?), e.g. 'https://docs.example.com/*'; repeat for several."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _filters(max_age: str | None, changed_since: str | None, sites: tuple[str, ...]):
+    from rag_pipeline.core.filters import FilterError, SearchFilters
+
+    try:
+        return SearchFilters.parse(max_age, changed_since, sites)
+    except FilterError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 @main.command()
 @click.argument("question")
 @click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
 @click.option("--per-page", "per_page", default=1, show_default=True, type=click.IntRange(1, 100),
               help="Passages of one page at most: 1 makes every result another source.")
+@_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def search(question: str, k: int, per_page: int, as_json: bool) -> None:
+def search(question: str, k: int, per_page: int, max_age: str | None, changed_since: str | None,
+           sites: tuple[str, ...], as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
     from rag_pipeline.store import db
 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    filters = _filters(max_age, changed_since, sites)
     url = _app_url(create=False)
     with db.connection(url) as conn:
         try:
-            hits = retrieve(conn, get_settings(), question, k, per_page=per_page)
+            hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters)
         except RetrievalError as exc:
             raise CliError(str(exc)) from exc
     if as_json:
@@ -198,8 +224,10 @@ def search(question: str, k: int, per_page: int, as_json: bool) -> None:
 @click.argument("question")
 @click.option("--k", "k", default=8, show_default=True, type=click.IntRange(1, 50),
               help="Passages retrieved; the best that fit ANSWER_MAX_CONTEXT_TOKENS are sent.")
+@_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def ask(question: str, k: int, as_json: bool) -> None:
+def ask(question: str, k: int, max_age: str | None, changed_since: str | None, sites: tuple[str, ...],
+        as_json: bool) -> None:
     """Answer QUESTION from live pages with a chat model, citing only the sources it used."""
     from rag_pipeline.query import answers
     from rag_pipeline.query.chat import ChatError
@@ -208,6 +236,7 @@ def ask(question: str, k: int, as_json: bool) -> None:
 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    filters = _filters(max_age, changed_since, sites)
     settings = get_settings()
     try:
         chat = answers.make_chat(settings)
@@ -215,7 +244,7 @@ def ask(question: str, k: int, as_json: bool) -> None:
         raise CliError(str(exc)) from exc
     try:
         with db.connection(_app_url(create=False)) as conn:
-            result = answers.answer(conn, settings, question, k, chat)
+            result = answers.answer(conn, settings, question, k, chat, filters=filters)
     except (RetrievalError, ChatError) as exc:
         raise CliError(str(exc)) from exc
     finally:

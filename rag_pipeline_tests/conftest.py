@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -41,9 +42,8 @@ def _require_working_vectors(url: str, log_file: Path) -> None:
         pytest.exit(f"the embedded server cannot run the tests on this machine: {report.failure}", returncode=3)
 
 
-@pytest.fixture
-def database_url(pg_server_url):
-    """A fresh, migrated database for one test, dropped afterwards."""
+@contextmanager
+def _fresh_database(pg_server_url: str):
     name = f"t_{uuid.uuid4().hex[:12]}"
     url = db.with_database(pg_server_url, name)
     db.prepare(url)
@@ -53,6 +53,20 @@ def database_url(pg_server_url):
         pool.close()
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def database_url(pg_server_url):
+    """A fresh, migrated database for one test, dropped afterwards."""
+    with _fresh_database(pg_server_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_server_url):
+    """A fresh, migrated database shared by the tests of one module (costly data written once)."""
+    with _fresh_database(pg_server_url) as url:
+        yield url
 
 
 @pytest.fixture

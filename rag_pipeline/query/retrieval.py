@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from rag_pipeline.core.filters import SearchFilters
 from rag_pipeline.embedders.base import EmbeddingError
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import search as search_store
@@ -16,9 +17,9 @@ class RetrievalError(RuntimeError):
 
 
 def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int,
-             per_page: int | None = 1) -> list[Citation]:
+             per_page: int | None = 1, filters: SearchFilters = SearchFilters()) -> list[Citation]:
     """The ``k`` passages of live pages nearest to ``question``, best first, at most ``per_page``
-    of one page (None: no limit).
+    of one page (None: no limit), of pages that pass ``filters``.
 
     The question is embedded with the active space's own model, not the configured one: keys set
     for answers must not change it, and switching the index's model is `space build`/`activate`.
@@ -35,4 +36,5 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
         vector = embedder.embed([question]).vectors[0]
     except EmbeddingError as exc:
         raise RetrievalError(f"cannot embed the question: {exc}") from exc
-    return search_store.nearest(conn, space, vector, k, ef_search=settings.search_ef_search, per_page=per_page)
+    return search_store.nearest(conn, space, vector, k, ef_search=settings.search_ef_search, per_page=per_page,
+                                filters=filters)

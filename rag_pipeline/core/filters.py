@@ -1,0 +1,98 @@
+"""Search filters as a person types them (`--max-age 7d`, `--changed-since 2026-11-01`,
+`--site 'https://docs.example.com/*'`), parsed into values the index scan can apply."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+
+class FilterError(ValueError):
+    """A filter that cannot be understood; the message says what is accepted."""
+
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(text: str) -> timedelta:
+    """`90s`, `30m`, `12h`, `7d`, `2w`."""
+    match = _AGE.match(text or "")
+    if match is None:
+        raise FilterError(f"cannot read age {text!r}: use a number and a unit s, m, h, d or w (e.g. 7d)")
+    age = timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
+    if age <= timedelta(0):
+        raise FilterError(f"age {text!r} must be more than zero")
+    return age
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO date (midnight UTC) or date and time (UTC unless it names its offset)."""
+    raw = (text or "").strip()
+    try:
+        if len(raw) == 10:
+            day = date.fromisoformat(raw)
+            return datetime(day.year, day.month, day.day, tzinfo=UTC)
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise FilterError(f"cannot read date {text!r}: use YYYY-MM-DD or an ISO date and time "
+                          "(e.g. 2026-11-01T09:30:00Z)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+_SCHEME = re.compile(r"^(https?)://", re.IGNORECASE)
+
+
+def site_pattern(glob: str) -> str:
+    """A URL glob (`*` any run of characters, `?` one) as a SQL LIKE pattern over the pages'
+    normalized URLs: those are https, with a lowercase host and no trailing slash, so the glob's
+    scheme and host are read the same way (`http://Docs.Example.com/*` finds them too)."""
+    raw = (glob or "").strip()
+    if not raw:
+        raise FilterError("the site pattern is empty: give a URL glob such as 'https://docs.example.com/*'")
+    scheme = _SCHEME.match(raw)
+    if scheme is None:
+        if "://" in raw:
+            raise FilterError(f"site pattern {glob!r}: only http and https URLs are indexed")
+        rest = raw
+    else:
+        rest = raw[scheme.end():]
+    host, slash, path = rest.partition("/")
+    if not host:
+        raise FilterError(f"site pattern {glob!r} has no host: give e.g. 'https://docs.example.com/*'")
+    if any(ch.isspace() for ch in host):
+        raise FilterError(f"site pattern {glob!r}: the host contains whitespace")
+    normalized = f"https://{host.lower()}{slash}{path}"
+    out = []
+    for ch in normalized:
+        if ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        elif ch in "%_\\":
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """What a passage's page must be to be returned; the default lets every live page through."""
+
+    verified_within: timedelta | None = None     # last_verified_at no older than this
+    changed_since: datetime | None = None        # last_changed_at at or after this
+    sites: tuple[str, ...] = ()                  # LIKE patterns (site_pattern); any one matches
+
+    def __bool__(self) -> bool:
+        return self.verified_within is not None or self.changed_since is not None or bool(self.sites)
+
+    @classmethod
+    def parse(cls, max_age: str | None = None, changed_since: str | None = None,
+              sites: tuple[str, ...] | list[str] = ()) -> SearchFilters:
+        return cls(
+            verified_within=parse_age(max_age) if max_age else None,
+            changed_since=parse_since(changed_since) if changed_since else None,
+            sites=tuple(site_pattern(s) for s in sites),
+        )
