@@ -187,6 +187,31 @@ def _filters(max_age: str | None, changed_since: str | None, sites: tuple[str, .
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8810, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 32),
+              help="uvicorn worker processes (each loads the embedding model once).")
+def serve(host: str, port: int, workers: int) -> None:
+    """Serve the query API: POST /search and /ask for applications (bearer token; schema at /docs)."""
+    import psycopg
+    import uvicorn
+
+    from rag_pipeline.store import db
+
+    settings = get_settings()
+    if not settings.resolved_query_api_token() and not settings.query_api_allow_no_token:
+        raise CliError(f"QUERY_API_TOKEN is not set and {settings.rag_home / 'query_api_token'} does not exist "
+                       "(set QUERY_API_ALLOW_NO_TOKEN=1 to run without one)")
+    try:
+        _app_url(create=False)   # the index must exist; its schema is brought up to date once here
+    except db.DatabaseError as exc:
+        if not isinstance(exc.__cause__, psycopg.OperationalError):
+            raise
+        click.echo(f"warning: {exc}; starting anyway, requests get 503 until it answers", err=True)
+    uvicorn.run("query_api.main:app", host=host, port=port, workers=workers, log_level="info")
+
+
+@main.command()
 @click.argument("question")
 @click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
 @click.option("--per-page", "per_page", default=1, show_default=True, type=click.IntRange(1, 100),

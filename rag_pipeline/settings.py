@@ -118,6 +118,13 @@ class Settings(BaseSettings):
     # (measured by bench/search_quality.py; see the README).
     search_ef_search: int = Field(default=200, alias="SEARCH_EF_SEARCH", ge=10, le=1000)
 
+    # The query API (`rag-pipeline serve`): POST /search and /ask for applications.
+    query_api_token: str | None = Field(default=None, alias="QUERY_API_TOKEN")
+    query_api_allow_no_token: bool = Field(default=False, alias="QUERY_API_ALLOW_NO_TOKEN")
+    # Requests served at once per process; one more is answered 503 at once (the client retries).
+    query_api_max_inflight: int = Field(default=16, alias="QUERY_API_MAX_INFLIGHT", ge=1, le=1000)
+    query_api_pool_size: int = Field(default=4, alias="QUERY_API_POOL_SIZE", ge=1, le=64)
+
     # Crawling (issue 4). `crawlbase` when a Crawlbase token is set, else the built-in `local` crawler.
     crawler: Literal["crawlbase", "local"] | None = Field(default=None, alias="CRAWLER")
     crawlbase_token: str | None = Field(default=None, alias="CRAWLBASE_TOKEN")
@@ -194,13 +201,11 @@ class Settings(BaseSettings):
         """WEBHOOK_TOKEN, else the token `make run` generated in $RAG_HOME/webhook_token: the
         receiver and everything that delivers to it (the CLI, the local crawler) read it here, so
         they agree in a shell where WEBHOOK_TOKEN was never exported."""
-        if self.webhook_token:
-            return self.webhook_token
-        try:
-            token = (self.rag_home / "webhook_token").read_text(encoding="utf-8").strip()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return token or None
+        return self.webhook_token or _token_file(self.rag_home / "webhook_token")
+
+    def resolved_query_api_token(self) -> str | None:
+        """QUERY_API_TOKEN, else the token `make run` generated in $RAG_HOME/query_api_token."""
+        return self.query_api_token or _token_file(self.rag_home / "query_api_token")
 
     def resolved_answer_endpoint(self) -> tuple[str | None, str | None]:
         """(API key, base URL) of the chat endpoint: ANSWER_* first, else the OPENAI_* ones."""
@@ -230,3 +235,11 @@ def describe_errors(exc: ValidationError) -> str:
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return load_settings()
+
+
+def _token_file(path: Path) -> str | None:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return token or None

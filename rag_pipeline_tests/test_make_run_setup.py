@@ -33,7 +33,7 @@ def test_setup_with_database_url_only(users_server, tmp_path, form):
     url = users_server.get_uri("rag_" + form)
     database_url = url if form == "url" else make_conninfo(**conninfo_to_dict(url))
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k not in ("WEBHOOK_TOKEN", "DAGSTER_HOME", "DAGSTER_POSTGRES_URL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("WEBHOOK_TOKEN", "QUERY_API_TOKEN", "DAGSTER_HOME", "DAGSTER_POSTGRES_URL")}
     env.update(DATABASE_URL=database_url, RAG_HOME=str(home), BIN=str(Path(sys.executable).parent))
     script = 'set -euo pipefail; source scripts/setup.sh; echo "DAGSTER_POSTGRES_URL=$DAGSTER_POSTGRES_URL"'
     done = subprocess.run(["bash", "-c", script], cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=180)
@@ -50,3 +50,5 @@ def test_setup_with_database_url_only(users_server, tmp_path, form):
         assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(db.migration_files())
     assert not (home / "pgdata").exists(), "the embedded server must not start when DATABASE_URL is set"
     assert (home / "webhook_token").read_text().strip()
+    assert (home / "query_api_token").read_text().strip() != (home / "webhook_token").read_text().strip()
+    assert (home / "query_api_token").stat().st_mode & 0o077 == 0   # the owner's only

@@ -8,10 +8,12 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 WEBHOOK_PORT="${WEBHOOK_PORT:-8800}"
 DAGSTER_PORT="${DAGSTER_PORT:-3000}"
+QUERY_API_PORT="${QUERY_API_PORT:-8810}"
 SITE_PORT="${SITE_PORT:-8900}"
 # The demo crawls a loopback site: the built-in local crawler, unless CRAWLER says otherwise.
 export CRAWLER="${CRAWLER:-local}"
 export WEBHOOK_PORT
+users_query_token="${QUERY_API_TOKEN:-}"
 # shellcheck source=scripts/setup.sh
 source scripts/setup.sh
 
@@ -45,6 +47,8 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
 pids+=($!)
+"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" serve --host 127.0.0.1 --port "$QUERY_API_PORT" &
+pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.site --root samples/site --port "$SITE_PORT" &
 pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
@@ -61,6 +65,7 @@ wait_for() {  # url, seconds
   return 1
 }
 wait_for "http://127.0.0.1:$WEBHOOK_PORT/healthz" 60
+wait_for "http://127.0.0.1:$QUERY_API_PORT/healthz" 60
 wait_for "http://127.0.0.1:$DAGSTER_PORT/server_info" 180
 
 # Seed the loopback sample site: pages are registered with their cadence, crawled by the local
@@ -71,6 +76,9 @@ sed "s#{SITE}#http://127.0.0.1:$SITE_PORT#g" samples/site/seeds.txt > "$RAG_HOME
 
 provider="${EMBEDDING_PROVIDER:-}"
 [ -n "$provider" ] || { [ -n "${OPENAI_API_KEY:-}" ] && provider=openai || provider=local; }
+# How a shell other than this one gets the token, without printing it.
+token_hint='$QUERY_API_TOKEN'
+[ -z "$users_query_token" ] && token_hint="\$(cat $RAG_HOME/query_api_token)"
 cat <<MSG
 
   rag-pipeline is running (embeddings: $provider)
@@ -79,6 +87,8 @@ cat <<MSG
     Site       : http://127.0.0.1:$SITE_PORT  (samples/site, crawled by the $CRAWLER crawler; recrawl_sensor every 60 s)
     Cadence    : .venv/bin/rag-pipeline cadence show http://127.0.0.1:$SITE_PORT/pricing
     Search     : .venv/bin/rag-pipeline search "how do I rotate the webhook token?"
+    Query API  : curl -s http://127.0.0.1:$QUERY_API_PORT/search -H "Authorization: Bearer $token_hint" \\
+                   -H 'Content-Type: application/json' -d '{"question": "how do I rotate the webhook token?"}'
     Status     : .venv/bin/rag-pipeline status
   Ctrl-C stops the receiver and Dagster; the database keeps running (rag-pipeline db stop).
 

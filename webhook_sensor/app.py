@@ -51,7 +51,7 @@ _STORED_PREFIX = b'{"status":"stored","rid":'
 _DUPLICATE_PREFIX = b'{"status":"duplicate","rid":'
 
 
-def _digest(token: str) -> bytes:
+def token_digest(token: str) -> bytes:
     # Compare digests, not the strings: equal lengths, so the comparison time says nothing.
     return hashlib.sha256(token.encode("utf-8", errors="surrogatepass")).digest()
 
@@ -76,7 +76,7 @@ def given_token(query_string: bytes, headers: HeaderIndex) -> str:
 def check_token(query_string: bytes, headers: HeaderIndex, expected_digest: bytes | None) -> None:
     if expected_digest is None:
         return
-    if not hmac.compare_digest(_digest(given_token(query_string, headers)), expected_digest):
+    if not hmac.compare_digest(token_digest(given_token(query_string, headers)), expected_digest):
         raise Refused(401, "bad_token", "missing or wrong token")
 
 
@@ -126,7 +126,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     if not token and not settings.webhook_allow_no_token:
         raise RuntimeError("WEBHOOK_TOKEN is not set and there is no $RAG_HOME/webhook_token"
                            " (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
-    token_digest = _digest(token) if token else None
+    expected_digest = token_digest(token) if token else None
     metrics = Metrics.create()
     logger = access_logger()
     access = AccessLog(None, metrics=metrics, logger=logger, log_all=settings.webhook_access_log)
@@ -206,7 +206,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         """(status, JSON body) for one POST /webhook; every refusal counted and noted for the log."""
         try:
             headers = HeaderIndex(scope["headers"])
-            check_token(scope.get("query_string", b""), headers, token_digest)
+            check_token(scope.get("query_string", b""), headers, expected_digest)
             if intake.is_probe(headers):
                 counted["probe"].inc()
                 note["outcome"] = "probe"

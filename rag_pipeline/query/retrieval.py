@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
 
 from rag_pipeline.core.filters import SearchFilters
-from rag_pipeline.embedders.base import EmbeddingError
+from rag_pipeline.embedders.base import Embedder, EmbeddingError
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import search as search_store
 from rag_pipeline.store import spaces
@@ -17,14 +19,16 @@ class RetrievalError(RuntimeError):
 
 
 def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int,
-             per_page: int | None = 1, filters: SearchFilters = SearchFilters()) -> list[Citation]:
+             per_page: int | None = 1, filters: SearchFilters = SearchFilters(),
+             embedder_for: Callable[[spaces.Space], Embedder] | None = None) -> list[Citation]:
     """The ``k`` passages of live pages nearest to ``question``, best first, at most ``per_page``
     of one page (None: no limit), of pages that pass ``filters``.
 
     The question is embedded with the active space's own model, not the configured one: keys set
     for answers must not change it, and switching the index's model is `space build`/`activate`.
     The embedder is built only once the index is known to have a space, so an empty index says
-    so without loading a model.
+    so without loading a model. ``embedder_for`` gives a space's embedder (a long-lived process
+    keeps one per space instead of building it for every question).
     """
     from rag_pipeline.embedders.factory import make_embedder_for_space
 
@@ -32,7 +36,7 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     if space is None:
         raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
     try:
-        embedder = make_embedder_for_space(settings, space)
+        embedder = (embedder_for or (lambda s: make_embedder_for_space(settings, s)))(space)
         vector = embedder.embed([question]).vectors[0]
     except EmbeddingError as exc:
         raise RetrievalError(f"cannot embed the question: {exc}") from exc

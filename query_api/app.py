@@ -1,0 +1,297 @@
+"""The query API for applications: POST /search and POST /ask, answered as `search --json` and
+`ask --json` answer (the same retrieval, filters and citations), behind a bearer token.
+
+It runs as its own process (`rag-pipeline serve`), never inside the webhook receiver: a slow
+question or a model load must not delay a crawler's delivery. The token, the in-flight limit and
+the body cap are checked in front of FastAPI (`Guard`), so a request without the token is
+answered 401 before its body is read or validated.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from rag_pipeline.core.filters import FilterError, SearchFilters
+from rag_pipeline.embedders.base import Embedder
+from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline.store import db
+from rag_pipeline.store.spaces import Space
+from webhook_sensor.app import ClientGone, read_capped, token_digest
+from webhook_sensor.intake import HeaderIndex, Refused
+
+log = logging.getLogger("query_api")
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_QUESTION_CHARS = 2000
+MAX_SITES = 20
+# A request waits at most this long for a database connection, then gets 503.
+POOL_TIMEOUT_S = 5.0
+# Paths anyone may read: health for load balancers, the schema and its docs.
+PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+class ApiError(Exception):
+    """An answer other than 200: status, a reason a program can switch on, a message a person reads."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def _error(status: int, reason: str, message: str, **extra) -> JSONResponse:
+    headers = {"Retry-After": "1"} if status == 503 else None
+    if status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    return JSONResponse({"error": message, "reason": reason, **extra}, status_code=status, headers=headers)
+
+
+class _Filtered(BaseModel):
+    """The question and the filters both endpoints take."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    max_age: str | None = Field(None, description="Only pages verified within this age: 30m, 12h, 7d, 2w.",
+                                examples=["7d"])
+    changed_since: str | None = Field(None, description="Only pages whose content changed at or after this "
+                                      "date (YYYY-MM-DD, or an ISO date and time; UTC unless it says).",
+                                      examples=["2026-11-01"])
+    site: list[str] = Field(default_factory=list, max_length=MAX_SITES,
+                            description="URL globs (* and ?); a page matching any one passes.",
+                            examples=[["https://docs.example.com/*"]])
+    _filters: SearchFilters = PrivateAttr(default_factory=SearchFilters)
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the question is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _parse_filters(self):
+        try:
+            self._filters = SearchFilters.parse(self.max_age, self.changed_since, self.site)
+        except FilterError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def filters(self) -> SearchFilters:
+        return self._filters
+
+
+class SearchRequest(_Filtered):
+    k: int = Field(5, ge=1, le=100, description="Results wanted.")
+    per_page: int | None = Field(1, ge=1, le=100,
+                                 description="Passages of one page at most (null: no limit); 1 makes every result another source.")
+
+
+class AskRequest(_Filtered):
+    k: int = Field(8, ge=1, le=50, description="Passages retrieved; the best that fit ANSWER_MAX_CONTEXT_TOKENS are sent.")
+
+
+class CitationOut(BaseModel):
+    url: str
+    page_url: str
+    excerpt: str
+    chunk_index: int
+    score: float
+    last_verified_at: str | None
+    last_changed_at: str | None
+
+
+class SearchResponse(BaseModel):
+    question: str
+    results: list[CitationOut]
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    reason: str
+
+
+class SpaceEmbedders:
+    """One embedder per embedding space for the life of the process (a local model loads once)."""
+
+    def __init__(self, settings: Settings):
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._by_space: dict[tuple[int, str, int], Embedder] = {}
+
+    def __call__(self, space: Space) -> Embedder:
+        from rag_pipeline.embedders.factory import make_embedder_for_space
+
+        key = (space.space_id, space.model, space.dimensions)
+        with self._lock:
+            embedder = self._by_space.get(key)
+            if embedder is None:
+                embedder = self._by_space[key] = make_embedder_for_space(self._settings, space)
+            return embedder
+
+
+class Guard:
+    """In front of FastAPI: the bearer token (401), the in-flight limit (503) and the body cap
+    (413, before the body is read when Content-Length says so), for every path but the public ones."""
+
+    def __init__(self, app, expected_digest: bytes | None, max_inflight: int):
+        self.app, self.expected_digest, self.max_inflight = app, expected_digest, max_inflight
+        self.inflight = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = HeaderIndex(scope["headers"])
+        try:
+            self._check_token(headers)
+            if self.inflight >= self.max_inflight:
+                raise Refused(503, "busy", f"{self.max_inflight} requests in flight already; retry shortly")
+            body = await read_capped(headers, receive, MAX_BODY_BYTES)
+        except Refused as exc:
+            await _error(exc.status, exc.reason, exc.message)(scope, receive, send)
+            return
+        except ClientGone:
+            return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        self.inflight += 1
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.inflight -= 1
+
+    def _check_token(self, headers: HeaderIndex) -> None:
+        if self.expected_digest is None:
+            return
+        values = headers.getlist("authorization")
+        scheme, _, given = (values[0] if values else "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(given.strip()), self.expected_digest):
+            raise Refused(401, "bad_token", "missing or wrong token: send Authorization: Bearer <QUERY_API_TOKEN>")
+
+
+def create_app(settings: Settings | None = None, database_url: str | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    token = settings.resolved_query_api_token()
+    if not token and not settings.query_api_allow_no_token:
+        raise RuntimeError("QUERY_API_TOKEN is not set and there is no $RAG_HOME/query_api_token"
+                           " (set QUERY_API_ALLOW_NO_TOKEN=1 to run without one)")
+    if not token:
+        log.warning("QUERY_API_ALLOW_NO_TOKEN=1: the query API answers without a token")
+    url = database_url or db.server_url(settings, create=False)
+    embedders = SpaceEmbedders(settings)
+    chat_lock = threading.Lock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.chat = None
+        try:
+            yield
+        finally:
+            if app.state.chat is not None:
+                app.state.chat.close()
+
+    app = FastAPI(title="rag-pipeline query API", version="1", lifespan=lifespan,
+                  description="Search and answers over the live index, citing URL, excerpt and freshness. "
+                              "Every path but /healthz and the schema needs `Authorization: Bearer <token>`.")
+
+    def connection():
+        return db.get_pool(url, max_size=settings.query_api_pool_size).connection(timeout=POOL_TIMEOUT_S)
+
+    def chat():
+        from rag_pipeline.query import answers
+
+        with chat_lock:
+            if app.state.chat is None:
+                try:
+                    app.state.chat = answers.make_chat(settings)
+                except answers.NotConfigured as exc:
+                    raise ApiError(503, "ask_not_configured", str(exc)) from exc
+            return app.state.chat
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.reason, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"{where}: {message}" if where else message)
+        return _error(422, "invalid_request", "; ".join(problems) or "invalid request")
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return _error(500, "internal_error", "internal error")
+
+    def served(work: Callable[[psycopg.Connection], object]):
+        """Run ``work`` on a pooled connection; what cannot be answered becomes its 5xx."""
+        from rag_pipeline.query.chat import ChatError
+        from rag_pipeline.query.retrieval import RetrievalError
+
+        try:
+            with connection() as conn:
+                return work(conn)
+        except RetrievalError as exc:
+            raise ApiError(503, "index_unavailable", str(exc)) from exc
+        except ChatError as exc:
+            raise ApiError(502, "chat_failed", str(exc)) from exc
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            log.warning("database unavailable: %s", exc)
+            raise ApiError(503, "database_unavailable", "database unavailable, retry later") from exc
+
+    errors = {status: {"model": ErrorResponse} for status in (401, 413, 422, 503)}
+
+    @app.post("/search", response_model=SearchResponse, responses=errors)
+    def search(body: SearchRequest) -> dict:
+        """The top-k passages of live pages for the question, best first, with their freshness."""
+        from rag_pipeline.query.retrieval import retrieve
+
+        hits = served(lambda conn: retrieve(conn, settings, body.question, body.k, per_page=body.per_page,
+                                            filters=body.filters, embedder_for=embedders))
+        return {"question": body.question, "results": [h.as_dict() for h in hits]}
+
+    @app.post("/ask", responses={**errors, 502: {"model": ErrorResponse}})
+    def ask(body: AskRequest) -> dict:
+        """An answer from live pages by the chat model, citing only the sources it used."""
+        from rag_pipeline.query import answers
+
+        model = chat()
+        result = served(lambda conn: answers.answer(conn, settings, body.question, body.k, model,
+                                                    filters=body.filters, embedder_for=embedders))
+        return {**result.as_dict(), "warnings": answers.warnings(result)}
+
+    @app.get("/healthz")
+    def healthz() -> JSONResponse:
+        """200 when the index database answers, else 503."""
+        try:
+            with connection() as conn:
+                conn.execute("SELECT 1")
+        except Exception as exc:  # noqa: BLE001 - health must answer, whatever broke
+            return _error(503, "database_unavailable", str(exc))
+        return JSONResponse({"status": "ok"})
+
+    app.add_middleware(Guard, expected_digest=token_digest(token) if token else None,
+                       max_inflight=settings.query_api_max_inflight)
+    return app

@@ -1,0 +1,204 @@
+"""The query API (`rag-pipeline serve`): the CLI's search and answers over HTTP, behind a token.
+
+Served by uvicorn on loopback (real HTTP); the pages are indexed directly with the hash embedder,
+and the chat model is the loopback fake OpenAI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from query_api.app import MAX_BODY_BYTES, create_app
+from rag_pipeline.cli import main as cli
+from rag_pipeline.embedders.hash_embedder import HashEmbedder
+from rag_pipeline.settings import get_settings
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.servers import serve
+from rag_pipeline_tests.test_ask import BACKUPS, PAGES, QUESTION, WEBHOOKS, index_pages, tombstone
+
+API_TOKEN = "query-api-test-token"
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
+
+
+@pytest.fixture
+def env(database_url, monkeypatch):
+    index_pages(database_url, HashEmbedder(dimensions=64), budget=(512, 64))
+    for var in ("ANSWER_API_KEY", "ANSWER_BASE_URL", "OPENAI_API_KEY", "QUERY_API_MAX_INFLIGHT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("EMBEDDING_PROVIDER", "hash")
+    monkeypatch.setenv("EMBEDDING_DIMENSIONS", "64")
+    monkeypatch.setenv("QUERY_API_TOKEN", API_TOKEN)
+    get_settings.cache_clear()
+    return monkeypatch
+
+
+@pytest.fixture
+def api(env, database_url):
+    with serve(create_app(get_settings(), database_url=database_url), health_path="/healthz") as base:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            yield client
+
+
+def cli_json(*args: str) -> dict:
+    shown = CliRunner().invoke(cli, [*args, "--json"])
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.stdout)
+
+
+def test_search_cites_as_the_cli_does_with_the_same_options(api):
+    for body, args in (({"question": QUESTION}, []),
+                       ({"question": QUESTION, "k": 2, "per_page": None}, ["--k", "2", "--per-page", "100"]),
+                       ({"question": QUESTION, "max_age": "7d", "site": ["https://docs.example.com/back*"]},
+                        ["--max-age", "7d", "--site", "https://docs.example.com/back*"])):
+        answer = api.post("/search", json=body, headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        data = answer.json()
+        assert data == cli_json("search", QUESTION, *args)
+        for hit in data["results"]:
+            assert set(hit) >= {"url", "excerpt", "score", "last_verified_at", "last_changed_at"}
+            assert hit["url"] in PAGES and hit["last_verified_at"] and hit["last_changed_at"]
+    assert [h["url"] for h in answer.json()["results"]] == [BACKUPS]
+
+
+def test_the_token_is_checked_before_anything_else(api):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {API_TOKEN}"},
+                    {"Authorization": API_TOKEN}):
+        refused = api.post("/search", json={"question": QUESTION}, headers=headers)
+        assert refused.status_code == 401 and refused.json()["reason"] == "bad_token"
+        assert refused.headers["www-authenticate"] == "Bearer"
+    # Before the body is read or validated: a bad body without the token is a 401, not a 422 or 413.
+    assert api.post("/search", content=b"{", headers={"content-type": "application/json"}).status_code == 401
+    assert api.post("/ask", content=b"x" * (MAX_BODY_BYTES + 1)).status_code == 401
+    assert api.get("/healthz").json() == {"status": "ok"}
+    schema = api.get("/openapi.json").json()
+    assert {"/search", "/ask"} <= set(schema["paths"])
+    assert "max_age" in schema["components"]["schemas"]["SearchRequest"]["properties"]
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"question": "   "}, 422, "the question is empty"),
+    ({"question": ""}, 422, "question"),
+    ({"question": "x" * 2001}, 422, "question"),
+    ({"question": QUESTION, "k": 0}, 422, "k:"),
+    ({"question": QUESTION, "k": 101}, 422, "k:"),
+    ({"question": QUESTION, "per_page": 0}, 422, "per_page"),
+    ({"question": QUESTION, "max_age": "soon"}, 422, "cannot read age 'soon'"),
+    ({"question": QUESTION, "changed_since": "last tuesday"}, 422, "cannot read date"),
+    ({"question": QUESTION, "site": ["ftp://files.example.com/*"]}, 422, "only http and https"),
+    ({"question": QUESTION, "site": ["https://a.example.com/*"] * 21}, 422, "site"),
+    ({"question": QUESTION, "mode": "telepathy"}, 422, "mode"),
+    ({"k": 3}, 422, "question"),
+    (["not", "an", "object"], 422, "invalid_request"),
+])
+def test_bad_input_gets_a_4xx_with_its_reason(api, body, status, words):
+    refused = api.post("/search", json=body, headers=AUTH)
+    assert refused.status_code == status, refused.text
+    data = refused.json()
+    assert data["reason"] == "invalid_request" and words in refused.text
+
+
+def test_bodies_that_are_not_json_or_too_large_are_refused(api):
+    not_json = api.post("/search", content=b"question=hello", headers={**AUTH, "content-type": "text/plain"})
+    assert not_json.status_code == 422 and not_json.json()["reason"] == "invalid_request"
+    large = api.post("/search", json={"question": "x" * MAX_BODY_BYTES}, headers=AUTH)
+    assert large.status_code == 413 and large.json()["reason"] == "body_too_large"
+
+
+def test_a_tombstoned_page_is_never_returned(api, database_url):
+    tombstone(database_url, WEBHOOKS)
+    for body in ({"question": QUESTION, "k": 10, "per_page": None},
+                 {"question": QUESTION, "site": ["https://docs.example.com/*"]},
+                 {"question": QUESTION, "max_age": "1d"}):
+        hits = api.post("/search", json=body, headers=AUTH).json()["results"]
+        assert hits and WEBHOOKS not in {h["url"] for h in hits}
+
+
+def test_ask_without_a_chat_model_says_what_to_configure(api):
+    unconfigured = api.post("/ask", json={"question": QUESTION}, headers=AUTH)
+    assert unconfigured.status_code == 503 and unconfigured.json()["reason"] == "ask_not_configured"
+    assert "ANSWER_API_KEY" in unconfigured.json()["error"]
+
+
+def test_ask_cites_only_live_sources_and_reports_a_failing_chat_model(env, database_url):
+    with FakeOpenAI(dimensions=16, api_key="sk-chat") as fake:
+        env.setenv("ANSWER_API_KEY", "sk-chat")
+        env.setenv("ANSWER_BASE_URL", fake.base_url)
+        env.setenv("ANSWER_MAX_RETRIES", "0")
+        get_settings.cache_clear()
+        fake.script_chat("Generate a new token, update the callback, revoke the old one [1].")
+        with serve(create_app(get_settings(), database_url=database_url)) as base:
+            answered = httpx.post(f"{base}/ask", json={"question": QUESTION, "k": 3}, headers=AUTH, timeout=30)
+            assert answered.status_code == 200, answered.text
+            data = answered.json()
+            assert data["answer"].startswith("Generate a new token")
+            assert [c["url"] for c in data["citations"]] == [WEBHOOKS]
+            assert data["citations"][0]["last_verified_at"] and data["warnings"] == []
+            fake.fail_next(1, 500, endpoint="chat")
+            failed = httpx.post(f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)
+            assert failed.status_code == 502 and failed.json()["reason"] == "chat_failed"
+
+
+def test_requests_beyond_the_in_flight_limit_get_503_at_once(env, database_url):
+    with FakeOpenAI(dimensions=16, api_key="sk-chat") as fake:
+        env.setenv("ANSWER_API_KEY", "sk-chat")
+        env.setenv("ANSWER_BASE_URL", fake.base_url)
+        env.setenv("QUERY_API_MAX_INFLIGHT", "1")
+        get_settings.cache_clear()
+        with serve(create_app(get_settings(), database_url=database_url)) as base:
+            fake.delay(3.0)
+            slow: dict = {}
+            asking = threading.Thread(target=lambda: slow.update(r=httpx.post(
+                f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)))
+            asking.start()
+            deadline = time.monotonic() + 10
+            while fake.requests == 0 and time.monotonic() < deadline:   # the model is answering it
+                time.sleep(0.02)
+            assert fake.requests == 1
+            busy = httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=5)
+            assert busy.status_code == 503 and busy.json()["reason"] == "busy"
+            assert busy.headers["retry-after"] == "1"
+            asking.join(timeout=20)
+            assert slow["r"].status_code == 200
+            assert httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH).status_code == 200
+
+
+def test_serve_refuses_to_start_without_a_token(env, tmp_path):
+    env.delenv("QUERY_API_TOKEN")
+    env.setenv("RAG_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    refused = CliRunner().invoke(cli, ["serve"])
+    assert refused.exit_code == 1 and "QUERY_API_TOKEN is not set" in refused.output
+
+
+def test_rag_pipeline_serve_answers_over_http(env):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli", "serve", "--port", str(port)],
+                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+            time.sleep(0.1)
+        hits = httpx.post(f"{base}/search", json={"question": QUESTION, "k": 3}, headers=AUTH).json()["results"]
+        assert len(hits) == 3 and hits[0]["url"] == WEBHOOKS
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
