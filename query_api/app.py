@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from typing import Literal
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -62,6 +63,8 @@ class _Filtered(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    mode: Literal["vector", "lexical", "hybrid"] | None = Field(
+        None, description="By meaning, by words, or both fused (null: the server's SEARCH_MODE).")
     max_age: str | None = Field(None, description="Only pages verified within this age: 30m, 12h, 7d, 2w.",
                                 examples=["7d"])
     changed_since: str | None = Field(None, description="Only pages whose content changed at or after this "
@@ -269,7 +272,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         from rag_pipeline.query.retrieval import retrieve
 
         hits = served(lambda conn: retrieve(conn, settings, body.question, body.k, per_page=body.per_page,
-                                            filters=body.filters, embedder_for=embedders))
+                                            filters=body.filters, embedder_for=embedders, mode=body.mode))
         return {"question": body.question, "results": [h.as_dict() for h in hits]}
 
     @app.post("/ask", responses={**errors, 502: {"model": ErrorResponse}})
@@ -279,7 +282,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
 
         model = chat()
         result = served(lambda conn: answers.answer(conn, settings, body.question, body.k, model,
-                                                    filters=body.filters, embedder_for=embedders))
+                                                    filters=body.filters, embedder_for=embedders, mode=body.mode))
         return {**result.as_dict(), "warnings": answers.warnings(result)}
 
     @app.get("/healthz")

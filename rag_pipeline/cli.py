@@ -122,9 +122,18 @@ def db_migrate() -> None:
     """Apply the numbered migrations in sql/ that have not run yet."""
     from rag_pipeline.store import db
 
-    url = db.server_url(get_settings())
+    from rag_pipeline.store import text_search
+
+    settings = get_settings()
+    url = db.server_url(settings)
     applied = db.prepare(url)
     click.echo(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    with db.connection(url) as conn:
+        try:
+            if text_search.rebuild_for(conn, settings.search_text_config):
+                click.echo(f"lexical index rebuilt with text search configuration {settings.search_text_config}")
+        except text_search.UnknownTextConfig as exc:
+            raise CliError(str(exc)) from exc
 
 
 @main.command()
@@ -164,8 +173,10 @@ def webhook(host: str, port: int, workers: int | None) -> None:
 
 
 def _filter_options(command):
-    """--max-age, --changed-since, --site: which pages a passage may come from (in the index scan)."""
+    """--mode, and --max-age, --changed-since, --site: which pages a passage may come from (in the scan)."""
     for option in reversed([
+        click.option("--mode", type=click.Choice(["vector", "lexical", "hybrid"]), default=None,
+                     help="By meaning, by words, or both fused [default: SEARCH_MODE, hybrid]."),
         click.option("--max-age", "max_age", metavar="AGE",
                      help="Only pages verified within AGE (30m, 12h, 7d, 2w)."),
         click.option("--changed-since", "changed_since", metavar="DATE",
@@ -218,8 +229,8 @@ def serve(host: str, port: int, workers: int) -> None:
               help="Passages of one page at most: 1 makes every result another source.")
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def search(question: str, k: int, per_page: int, max_age: str | None, changed_since: str | None,
-           sites: tuple[str, ...], as_json: bool) -> None:
+def search(question: str, k: int, per_page: int, mode: str | None, max_age: str | None,
+           changed_since: str | None, sites: tuple[str, ...], as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
     from rag_pipeline.store import db
@@ -230,7 +241,7 @@ def search(question: str, k: int, per_page: int, max_age: str | None, changed_si
     url = _app_url(create=False)
     with db.connection(url) as conn:
         try:
-            hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters)
+            hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
         except RetrievalError as exc:
             raise CliError(str(exc)) from exc
     if as_json:
@@ -251,8 +262,8 @@ def search(question: str, k: int, per_page: int, max_age: str | None, changed_si
               help="Passages retrieved; the best that fit ANSWER_MAX_CONTEXT_TOKENS are sent.")
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def ask(question: str, k: int, max_age: str | None, changed_since: str | None, sites: tuple[str, ...],
-        as_json: bool) -> None:
+def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_since: str | None,
+        sites: tuple[str, ...], as_json: bool) -> None:
     """Answer QUESTION from live pages with a chat model, citing only the sources it used."""
     from rag_pipeline.query import answers
     from rag_pipeline.query.chat import ChatError
@@ -269,7 +280,7 @@ def ask(question: str, k: int, max_age: str | None, changed_since: str | None, s
         raise CliError(str(exc)) from exc
     try:
         with db.connection(_app_url(create=False)) as conn:
-            result = answers.answer(conn, settings, question, k, chat, filters=filters)
+            result = answers.answer(conn, settings, question, k, chat, filters=filters, mode=mode)
     except (RetrievalError, ChatError) as exc:
         raise CliError(str(exc)) from exc
     finally:

@@ -117,6 +117,15 @@ class Settings(BaseSettings):
     # Search: candidates the HNSW scan looks at (at least 2k); more is better recall and slower
     # (measured by bench/search_quality.py; see the README).
     search_ef_search: int = Field(default=200, alias="SEARCH_EF_SEARCH", ge=10, le=1000)
+    # vector (HNSW), lexical (full-text, GIN) or hybrid (both, fused by reciprocal rank):
+    # the default chosen by bench/search_modes.py (see the README).
+    search_mode: Literal["vector", "lexical", "hybrid"] = Field(default="hybrid", alias="SEARCH_MODE")
+    # The PostgreSQL text search configuration of the lexical index; `db migrate` rebuilds it.
+    search_text_config: str = Field(default="english", alias="SEARCH_TEXT_CONFIG", pattern=r"^[a-z_][a-z0-9_]*$")
+    search_vector_weight: float = Field(default=1.0, alias="SEARCH_VECTOR_WEIGHT", ge=0)
+    search_lexical_weight: float = Field(default=1.0, alias="SEARCH_LEXICAL_WEIGHT", ge=0)
+    # Reciprocal rank fusion: a result's share from one list is weight / (SEARCH_RRF_K + rank).
+    search_rrf_k: int = Field(default=60, alias="SEARCH_RRF_K", ge=1, le=10_000)
 
     # The query API (`rag-pipeline serve`): POST /search and /ask for applications.
     query_api_token: str | None = Field(default=None, alias="QUERY_API_TOKEN")

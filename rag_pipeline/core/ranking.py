@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -24,3 +24,25 @@ def best_per_key(ranked: Iterable[T], key: Callable[[T], str], per_key: int, k: 
         if len(out) == k:
             break
     return out
+
+
+def fuse_rrf(rankings: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float],
+             k: int = 60) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion of rankings of (key, score), each best first: a key scores
+    sum(weight / (k + rank)) over the rankings it is in, best first. Equal scores share a rank
+    (that of the first of them), so a list that cannot tell its items apart moves none ahead of
+    the others. Ranks, not the lists' own scores, so a cosine distance and a text rank need no
+    common scale. Ties of fused score keep the order of first appearance, list by list."""
+    if len(rankings) != len(weights):
+        raise ValueError("one weight a ranking")
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    scores: dict[str, float] = {}
+    for ranking, weight in zip(rankings, weights):
+        rank, previous = 0, None
+        for position, (key, score) in enumerate(ranking, 1):
+            if score != previous:
+                rank, previous = position, score
+            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
+    order = {key: n for n, key in enumerate(scores)}
+    return sorted(scores.items(), key=lambda item: (-item[1], order[item[0]]))

@@ -22,7 +22,7 @@ from rag_pipeline.core.answering import Passage, build_prompt, parse_citations, 
 from rag_pipeline.core.filters import SearchFilters
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.query.chat import ChatReply, OpenAIChat
-from rag_pipeline.query.retrieval import retrieve
+from rag_pipeline.query.retrieval import Mode, retrieve
 from rag_pipeline.settings import Settings
 from rag_pipeline.store.search import Citation, live_urls
 from rag_pipeline.store.spaces import Space
@@ -100,12 +100,13 @@ def make_chat(settings: Settings) -> OpenAIChat:
 
 def answer(conn: psycopg.Connection, settings: Settings, question: str, k: int, chat: OpenAIChat,
            filters: SearchFilters = SearchFilters(),
-           embedder_for: Callable[[Space], Embedder] | None = None) -> Answer:
+           embedder_for: Callable[[Space], Embedder] | None = None, mode: Mode | None = None) -> Answer:
     """Retrieve ``k`` passages, answer from those that fit the budget, keep the live cited ones."""
     # Each read in its own short transaction: none stays open (locks held) while the model thinks.
     with conn.transaction():
         # Every passage of the nearest, however many of one page: an answer reads them together.
-        hits = retrieve(conn, settings, question, k, per_page=None, filters=filters, embedder_for=embedder_for)
+        hits = retrieve(conn, settings, question, k, per_page=None, filters=filters, embedder_for=embedder_for,
+                        mode=mode)
     if not hits:
         return Answer(question=question, text=None)
     prompt = build_prompt(question, [Passage(h.url, h.content) for h in hits], settings.answer_max_context_tokens)

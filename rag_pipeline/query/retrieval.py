@@ -1,8 +1,11 @@
-"""The one retrieval path of `search` and `ask`: embed the question, one HNSW scan of the active space."""
+"""The one retrieval path of `search`, `ask` and the query API: by meaning (embed the question, one
+HNSW scan of the active space), by words (full-text rank), or both fused."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Literal
 
 import psycopg
 
@@ -10,8 +13,14 @@ from rag_pipeline.core.filters import SearchFilters
 from rag_pipeline.embedders.base import Embedder, EmbeddingError
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import search as search_store
-from rag_pipeline.store import spaces
+from rag_pipeline.store import spaces, text_search
 from rag_pipeline.store.search import Citation
+
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["vector", "lexical", "hybrid"]
+MODES: tuple[Mode, ...] = ("vector", "lexical", "hybrid")
 
 
 class RetrievalError(RuntimeError):
@@ -20,9 +29,10 @@ class RetrievalError(RuntimeError):
 
 def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int,
              per_page: int | None = 1, filters: SearchFilters = SearchFilters(),
-             embedder_for: Callable[[spaces.Space], Embedder] | None = None) -> list[Citation]:
-    """The ``k`` passages of live pages nearest to ``question``, best first, at most ``per_page``
-    of one page (None: no limit), of pages that pass ``filters``.
+             embedder_for: Callable[[spaces.Space], Embedder] | None = None,
+             mode: Mode | None = None) -> list[Citation]:
+    """The ``k`` passages of live pages best for ``question`` by ``mode`` (None: SEARCH_MODE),
+    best first, at most ``per_page`` of one page (None: no limit), of pages that pass ``filters``.
 
     The question is embedded with the active space's own model, not the configured one: keys set
     for answers must not change it, and switching the index's model is `space build`/`activate`.
@@ -32,13 +42,24 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     """
     from rag_pipeline.embedders.factory import make_embedder_for_space
 
+    mode = mode or settings.search_mode
     space = spaces.active(conn)
     if space is None:
         raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
+    config = text_search.config(conn)
+    if config != settings.search_text_config:
+        log.warning("SEARCH_TEXT_CONFIG=%s, but the lexical index is built with %s (used here): "
+                    "`rag-pipeline db migrate` rebuilds it", settings.search_text_config, config)
+    if mode == "lexical":
+        return search_store.lexical(conn, question, k, config=config, per_page=per_page, filters=filters)
     try:
         embedder = (embedder_for or (lambda s: make_embedder_for_space(settings, s)))(space)
         vector = embedder.embed([question]).vectors[0]
     except EmbeddingError as exc:
         raise RetrievalError(f"cannot embed the question: {exc}") from exc
-    return search_store.nearest(conn, space, vector, k, ef_search=settings.search_ef_search, per_page=per_page,
-                                filters=filters)
+    if mode == "vector":
+        return search_store.nearest(conn, space, vector, k, ef_search=settings.search_ef_search,
+                                    per_page=per_page, filters=filters)
+    fusion = search_store.Fusion(settings.search_vector_weight, settings.search_lexical_weight, settings.search_rrf_k)
+    return search_store.hybrid(conn, space, vector, question, k, config=config, fusion=fusion,
+                               ef_search=settings.search_ef_search, per_page=per_page, filters=filters)

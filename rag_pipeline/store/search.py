@@ -1,8 +1,11 @@
-"""Nearest chunks of live pages in the active space: one HNSW index scan of its table."""
+"""Passages of live pages for a question: nearest in the active space (one HNSW index scan of its
+table), best by full-text rank (the GIN index of `chunks.text_search`), or both fused by rank."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -10,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from rag_pipeline.core.filters import SearchFilters
-from rag_pipeline.core.ranking import best_per_key
+from rag_pipeline.core.ranking import best_per_key, fuse_rrf
 from rag_pipeline.store.spaces import Space
 
 EXCERPT_CHARS = 300
@@ -23,17 +26,25 @@ class Citation:
     excerpt: str
     content: str
     chunk_index: int
-    distance: float
+    distance: float             # cosine distance to the question (nan: found by text alone)
     last_verified_at: datetime | None
     last_changed_at: datetime | None
+    #: The mode's own score, higher is better: cosine similarity (vector), ts_rank_cd (lexical),
+    #: the reciprocal rank fusion score (hybrid).
+    score: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.page_url}#{self.chunk_index}"
 
     def as_dict(self) -> dict:
+        score = self.score if self.score is not None else 1.0 - self.distance
         return {
             "url": self.url,
             "page_url": self.page_url,
             "excerpt": self.excerpt,
             "chunk_index": self.chunk_index,
-            "score": round(1.0 - self.distance, 4),
+            "score": round(score, 4),
             "last_verified_at": self.last_verified_at.isoformat() if self.last_verified_at else None,
             "last_changed_at": self.last_changed_at.isoformat() if self.last_changed_at else None,
         }
@@ -60,18 +71,66 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int, *,
     no limit), of pages that pass ``filters``. The index scan looks at max(ef_search, 2 ×
     candidates) (SEARCH_EF_SEARCH for `search` and `ask`; None: the server's setting, 40 unless
     set otherwise)."""
-    if k < 1:
-        raise ValueError("k must be at least 1")
+    vec = _vector(space, query_vector)
+    return _collect(lambda limit: _full(_scan(conn, space, vec, limit, ef_search, filters), limit), k, per_page)
+
+
+def lexical(conn: psycopg.Connection, question: str, k: int, *, config: str, per_page: int | None = None,
+            filters: SearchFilters = SearchFilters()) -> list[Citation]:
+    """The k chunks of live pages whose text best matches any word of the question (ts_rank_cd
+    over the GIN index of `chunks.text_search`; ``config`` its text search configuration)."""
+    return _collect(lambda limit: _full(_text_scan(conn, question, config, limit, filters), limit), k, per_page)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    vector_weight: float = 1.0
+    lexical_weight: float = 1.0
+    rrf_k: int = 60
+
+
+def hybrid(conn: psycopg.Connection, space: Space, query_vector, question: str, k: int, *, config: str,
+           fusion: Fusion = Fusion(), ef_search: int | None = None, per_page: int | None = None,
+           filters: SearchFilters = SearchFilters()) -> list[Citation]:
+    """Both lists of candidates, fused by reciprocal rank: a passage near the question in meaning
+    and one holding its exact terms (an error code, a function name) both come back."""
+    vec = _vector(space, query_vector)
+
+    def fused(limit: int) -> tuple[list[Citation], bool]:
+        near = _scan(conn, space, vec, limit, ef_search, filters)
+        matched = _text_scan(conn, question, config, limit, filters)
+        by_key = {c.key: c for c in matched} | {c.key: c for c in near}
+        ranked = fuse_rrf([[(c.key, -c.distance) for c in near], [(c.key, c.score) for c in matched]],
+                          [fusion.vector_weight, fusion.lexical_weight], fusion.rrf_k)
+        hits = [replace(by_key[key], score=score) for key, score in ranked if score > 0]
+        return hits, len(near) < limit and len(matched) < limit
+
+    return _collect(fused, k, per_page)
+
+
+def _vector(space: Space, query_vector) -> np.ndarray:
     vec = np.asarray(query_vector, dtype=np.float32)
     if vec.shape != (space.dimensions,):
         raise ValueError(f"query vector has {vec.shape} dims, space has {space.dimensions}")
+    return vec
+
+
+def _full(hits: list[Citation], limit: int) -> tuple[list[Citation], bool]:
+    return hits, len(hits) < limit
+
+
+def _collect(scan: Callable[[int], tuple[list[Citation], bool]], k: int, per_page: int | None) -> list[Citation]:
+    """The first k of ``scan`` (candidates best first, and whether it has no more), at most
+    ``per_page`` of one page: asks for more candidates while pages repeat."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
     limit = k if per_page is None else k * CANDIDATES_PER_RESULT
     while True:
-        hits = _scan(conn, space, vec, limit, ef_search, filters)
+        hits, exhausted = scan(limit)
         if per_page is None:
-            return hits
+            return hits[:k]
         best = best_per_key(hits, lambda c: c.page_url, per_page, k)
-        if len(best) == k or len(hits) < limit or limit >= MAX_CANDIDATES:
+        if len(best) == k or exhausted or limit >= MAX_CANDIDATES:
             return best
         limit = min(MAX_CANDIDATES, limit * CANDIDATES_PER_RESULT)
 
@@ -115,6 +174,30 @@ def _where(filters: SearchFilters) -> tuple[sql.Composable, dict]:
         clauses.append(sql.SQL("p.url LIKE ANY(%(sites)s)"))
         params["sites"] = list(filters.sites)
     return sql.SQL(" AND ").join(clauses), params
+
+
+def _text_scan(conn: psycopg.Connection, question: str, config: str, limit: int,
+               filters: SearchFilters) -> list[Citation]:
+    where, params = _where(filters)
+    params.update(question=question, k=limit)
+    # Any of the question's words (plainto_tsquery joins them with AND: a question rarely has
+    # every word of its answer); ts_rank_cd rewards passages holding more of them, closer.
+    query = sql.SQL(
+        "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index, ts_rank_cd(c.text_search, q.query, 1),"
+        "       p.last_verified_at, p.last_changed_at, p.url"
+        " FROM (SELECT replace(plainto_tsquery({config}::regconfig, %(question)s)::text, ' & ', ' | ')::tsquery"
+        "       AS query) q"
+        " JOIN chunks c ON c.text_search @@ q.query JOIN pages p ON p.page_id = c.page_id"
+        " WHERE {where}"
+        " ORDER BY 4 DESC, c.chunk_id LIMIT %(k)s"
+    ).format(config=sql.Literal(config), where=where)
+    with conn.transaction():
+        rows = conn.execute(query, params).fetchall()
+    return [
+        Citation(url=r[0], page_url=r[6], excerpt=excerpt(r[1]), content=r[1], chunk_index=r[2],
+                 distance=math.nan, last_verified_at=r[4], last_changed_at=r[5], score=float(r[3]))
+        for r in rows
+    ]
 
 
 def _query(space: Space, where: sql.Composable, *, indexed: bool) -> sql.Composed:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.ranking import best_per_key
+from rag_pipeline.core.ranking import best_per_key, fuse_rrf
 
 
 @given(st.lists(st.sampled_from("abcdef"), max_size=60), st.integers(1, 4), st.integers(1, 12))
@@ -25,3 +25,34 @@ def test_best_per_key_keeps_the_best_in_order_and_never_more_than_asked(keys, pe
 def test_best_per_key_refuses_a_limit_below_one():
     with pytest.raises(ValueError):
         best_per_key([], key=str, per_key=0, k=3)
+
+
+keys = st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=2), unique=True, max_size=12)
+
+
+@given(keys, keys, st.floats(0.1, 5), st.floats(0.1, 5), st.integers(1, 100))
+def test_rrf_sums_each_lists_share_and_ranks_by_it(a, b, wa, wb, k):
+    first = [(key, -n) for n, key in enumerate(a)]     # all distinct scores: rank = position
+    second = [(key, -n) for n, key in enumerate(b)]
+    fused = fuse_rrf([first, second], [wa, wb], k)
+    assert {key for key, _ in fused} == set(a) | set(b)
+    for key, score in fused:
+        expected = (wa / (k + a.index(key) + 1) if key in a else 0) + (wb / (k + b.index(key) + 1) if key in b else 0)
+        assert score == pytest.approx(expected)
+    assert [s for _, s in fused] == sorted((s for _, s in fused), reverse=True)
+    if a and a[0] in b and b[0] == a[0]:
+        assert fused[0][0] == a[0]   # first in both lists: first
+
+
+@given(keys, keys)
+def test_a_list_that_ties_everything_leaves_the_other_lists_order(a, b):
+    flat = [(key, 0.5) for key in a]                   # cannot tell its items apart
+    ordered = [(key, -n) for n, key in enumerate(b)]
+    fused = [key for key, _ in fuse_rrf([flat, ordered], [1.0, 1.0])]
+    in_both = [key for key in b if key in a]
+    assert [key for key in fused if key in in_both] == in_both
+
+
+def test_rrf_refuses_mismatched_weights():
+    with pytest.raises(ValueError):
+        fuse_rrf([[("a", 1.0)]], [1.0, 2.0])

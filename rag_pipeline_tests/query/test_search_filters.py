@@ -21,7 +21,19 @@ NEAR_PAGES = 100            # pages that do not match the filters, nearest to th
 NEAR_SECTIONS = 50          # two passages each (heading, sentence): 10,000 in all
 FAR = [f"https://blog.example.com/notes/{n}" for n in range(4)]   # match, far from the query
 GONE = "https://blog.example.com/notes/9"   # would match, but the crawler found it gone
-QUERY = "kestrel nesting ledge faces east"
+QUERY = "kestrel nesting ledge faces east, pigeons and a bridge"   # words of both kinds of passage
+MODES = ("vector", "lexical", "hybrid")
+
+
+def find(conn, embedder, mode: str, question: str, k: int, per_page: int | None,
+         filters: SearchFilters = SearchFilters()):
+    space = spaces.active(conn)
+    vector = embedder.embed([question]).vectors[0]
+    if mode == "vector":
+        return search.nearest(conn, space, vector, k, per_page=per_page, filters=filters)
+    if mode == "lexical":
+        return search.lexical(conn, question, k, config="english", per_page=per_page, filters=filters)
+    return search.hybrid(conn, space, vector, question, k, config="english", per_page=per_page, filters=filters)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +83,7 @@ PLANS = {"planner's choice": [], "index scan": ["SET enable_sort = off"],
          "index scan cut short": ["SET enable_sort = off", "SET hnsw.max_scan_tuples = 500"]}
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("filters", [
     SearchFilters.parse(sites=["https://blog.example.com/*"]),
@@ -79,29 +92,27 @@ PLANS = {"planner's choice": [], "index scan": ["SET enable_sort = off"],
     SearchFilters.parse(max_age="1h", sites=["http://BLOG.example.com/notes/?"]),
 ], ids=["site", "max-age", "changed-since", "max-age-and-site"])
 def test_k_matching_passages_come_back_among_10000_nearer_that_do_not_match(
-        index_of_10k, embedder, filters, plan):
+        index_of_10k, embedder, filters, plan, mode):
     conn = index_of_10k
     for setting in PLANS[plan]:
         conn.execute(setting)
-    space = spaces.active(conn)
-    query = embedder.embed([QUERY]).vectors[0]
-    unfiltered = search.nearest(conn, space, query, k=8, per_page=None)
-    assert all(h.page_url.startswith("https://docs.example.com/") for h in unfiltered)
+    unfiltered = find(conn, embedder, mode, QUERY, k=8, per_page=None)
+    assert len(unfiltered) == 8 and all(h.page_url.startswith("https://docs.example.com/") for h in unfiltered)
 
-    hits = search.nearest(conn, space, query, k=8, per_page=None, filters=filters)
+    hits = find(conn, embedder, mode, QUERY, k=8, per_page=None, filters=filters)
     assert len(hits) == 8 and {h.page_url for h in hits} == set(FAR)
-    assert [h.distance for h in hits] == sorted(h.distance for h in hits)
-    one_a_page = search.nearest(conn, space, query, k=8, per_page=1, filters=filters)
+    scores = [h.as_dict()["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    one_a_page = find(conn, embedder, mode, QUERY, k=8, per_page=1, filters=filters)
     assert sorted(h.page_url for h in one_a_page) == sorted(FAR)
 
 
-def test_no_filter_returns_a_tombstoned_page(index_of_10k, embedder):
+@pytest.mark.parametrize("mode", MODES)
+def test_no_mode_or_filter_returns_a_tombstoned_page(index_of_10k, embedder, mode):
     conn = index_of_10k
-    space = spaces.active(conn)
-    query = embedder.embed(["Pigeons by the river"]).vectors[0]
     for filters in (SearchFilters(), SearchFilters.parse(sites=["https://blog.example.com/*"]),
                     SearchFilters.parse(max_age="7d"), SearchFilters.parse(sites=[GONE])):
-        hits = search.nearest(conn, space, query, k=20, per_page=None, filters=filters)
+        hits = find(conn, embedder, mode, "Pigeons by the river", k=20, per_page=None, filters=filters)
         assert GONE not in {h.page_url for h in hits}
         assert bool(hits) == (filters.sites != (GONE,))
 

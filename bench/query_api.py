@@ -1,0 +1,174 @@
+"""The query API under load (issue 12, point 6): `rag-pipeline serve` answering POST /search and
+POST /ask over loopback HTTP, against the same questions searched in-process without HTTP.
+
+A fresh database gets `--pages` pages of `--chunks-per-page` chunks written through the project's
+own path (`apply_batch`, as bench/search_quality.py writes them), embedded by the deterministic
+hash embedder (384 dims), whose space `serve` embeds questions with as it would any other model's.
+`serve` runs as its own processes (`--workers`); the chat model of /ask is the loopback fake
+OpenAI, answering at once, so /ask's figures are the API's and retrieval's own cost. Closed-loop
+clients (`--clients`, one thread and one HTTP connection each) send `--requests` requests per level.
+Any answer but 200 is counted and fails the run. Last line:
+`QUERY_API search p95=…ms ask p95=…ms at N chunks, C clients`.
+
+    .venv/bin/python bench/query_api.py [--pages 1000] [--chunks-per-page 20] [--clients 1,4,16]
+        [--requests 1000] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from bench.database import bench_database  # noqa: E402
+from bench.search_quality import load, pct  # noqa: E402
+from rag_pipeline.embedders.hash_embedder import HashEmbedder  # noqa: E402
+from rag_pipeline.query.retrieval import retrieve  # noqa: E402
+from rag_pipeline.settings import Settings  # noqa: E402
+from rag_pipeline.store import db  # noqa: E402
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI  # noqa: E402
+
+DIMENSIONS = 384
+TOKEN = "bench-query-api"
+
+
+def questions(pages: int, per_page: int, n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"What does paragraph {rng.randrange(per_page)} of page {rng.randrange(pages)} say?" for _ in range(n)]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_serve(url: str, fake_url: str, workers: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUERY_API_", "ANSWER_", "OPENAI_"))}
+    env.update(DATABASE_URL=url, QUERY_API_TOKEN=TOKEN, ANSWER_API_KEY="sk-bench", ANSWER_BASE_URL=fake_url,
+               EMBEDDING_PROVIDER="hash", EMBEDDING_DIMENSIONS=str(DIMENSIONS), QUERY_API_MAX_INFLIGHT="64")
+    proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli", "serve", "--port", str(port),
+                             "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"`rag-pipeline serve` did not start:\n{proc.stderr.read()[-3000:]}")
+        time.sleep(0.2)
+
+
+def hammer(base: str, path: str, bodies: list[dict], clients: int, total: int) -> tuple[list[float], Counter, float]:
+    """`total` requests from `clients` closed-loop clients: (latencies ms, statuses, seconds)."""
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    lock = threading.Lock()
+    counter = iter(range(total))
+
+    def client() -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
+            while True:
+                with lock:
+                    n = next(counter, None)
+                if n is None:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    status = http.post(path, json=bodies[n % len(bodies)]).status_code
+                except httpx.TransportError as exc:
+                    status = type(exc).__name__
+                elapsed = (time.perf_counter() - t0) * 1000
+                with lock:
+                    latencies.append(elapsed)
+                    statuses[status] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, statuses, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--chunks-per-page", type=int, default=20)
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--requests", type=int, default=1000, help="per endpoint and client level")
+    parser.add_argument("--workers", type=int, default=2, help="`serve` processes")
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    levels = [int(c) for c in args.clients.split(",")]
+    asked = questions(args.pages, args.chunks_per_page, 500, args.seed)
+    print(f"query API: {args.pages:,} pages × {args.chunks_per_page} chunks, hash embedder {DIMENSIONS} dims; "
+          f"serve --workers {args.workers}; clients {levels}; {args.requests} requests a level and endpoint; "
+          f"{os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    failures = 0
+    with bench_database("bench_query_api") as url, FakeOpenAI(dimensions=16) as fake:
+        fake.script_chat(lambda messages: "The paragraph says what it says [1].")
+        chunks = load(url, args.pages, args.chunks_per_page, HashEmbedder(DIMENSIONS))
+        print(f"loaded {chunks:,} chunks", flush=True)
+
+        settings = Settings(DATABASE_URL=url, EMBEDDING_PROVIDER="hash", EMBEDDING_DIMENSIONS=DIMENSIONS)
+        direct = []
+        with db.connection(url) as conn:
+            for q in asked[:200] + asked[:300]:   # the first 200 warm the cache and the plan
+                t0 = time.perf_counter()
+                retrieve(conn, settings, q, 5)
+                direct.append((time.perf_counter() - t0) * 1000)
+        direct = direct[200:]
+        print(f"in-process retrieve (no HTTP), 1 caller: p50 {pct(direct, 50):.1f} ms, p95 {pct(direct, 95):.1f} ms, "
+              f"p99 {pct(direct, 99):.1f} ms", flush=True)
+
+        proc, base = start_serve(url, fake.base_url, args.workers)
+        summary: dict[tuple[str, int], float] = {}
+        try:
+            hammer(base, "/search", [{"question": q} for q in asked], 4, 200)   # warm every worker
+            print(f"  {'endpoint':<8} {'clients':>7} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}  answers")
+            for path, body in (("/search", lambda q: {"question": q, "k": 5}),
+                               ("/ask", lambda q: {"question": q, "k": 5})):
+                for clients in levels:
+                    lat, statuses, seconds = hammer(base, path, [body(q) for q in asked], clients, args.requests)
+                    bad = sum(n for s, n in statuses.items() if s != 200)
+                    failures += bad
+                    summary[(path, clients)] = pct(lat, 95)
+                    shown = ", ".join(f"{n} × {s}" for s, n in sorted(statuses.items(), key=str))
+                    print(f"  {path:<8} {clients:>7} {len(lat) / seconds:>7.0f} {pct(lat, 50):>7.1f} "
+                          f"{pct(lat, 95):>7.1f} {pct(lat, 99):>7.1f}  {shown}", flush=True)
+            refused = httpx.post(f"{base}/search", json={"question": "x"}, timeout=10)
+            if refused.status_code != 401:
+                print(f"FAILED: a request without the token got {refused.status_code}, not 401")
+                failures += 1
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    if failures:
+        print(f"FAILED: {failures} answers were not 200")
+        return 1
+    top = max(levels)
+    print(f"QUERY_API search p95={summary[('/search', top)]:.1f}ms ask p95={summary[('/ask', top)]:.1f}ms "
+          f"at {chunks} chunks, {top} clients")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Vector, lexical and hybrid search on a labelled set (issue 12, point 3): recall@5, recall@10
+and MRR over 231 questions about Django 5.2.19's own documentation, whose answering passages are
+known (bench/labelled/django_docs.py: error codes, setting and command names, version numbers,
+and questions asked in other words than the docs').
+
+The pages (ref, topics, howto, the 5.1 and 5.2 release notes: 300 pages) are delivered as the
+crawler delivers them, routed and applied by `apply_batch` with the offline local model (MiniLM,
+the default of `make run`), so chunks, vectors and the lexical index are the production ones.
+Each question is asked through `retrieve`, as `search` asks it, in each mode, at passage level
+(`--per-page` unlimited) and with the default one passage a page. A passage answers a question
+when it is of the question's page and its embedded text holds the question's marker. Last line:
+`SEARCH_MODES recall@10 hybrid=… vector=… lexical=… mrr hybrid=… (N questions, M chunks)`.
+
+    .venv/bin/python bench/search_modes.py [--vector-weight 1] [--lexical-weight 1] [--rrf-k 60]
+
+The Django source release comes from the package index once (pip download), into
+~/.cache/rag-pipeline-bench, checked against its SHA-256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import re
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.database import bench_database  # noqa: E402
+from bench.labelled import django_docs  # noqa: E402
+from bench.search_quality import pct  # noqa: E402
+from rag_pipeline.core.urls import normalize_url  # noqa: E402
+from rag_pipeline.embedders.local import LocalEmbedder  # noqa: E402
+from rag_pipeline.ingest import batch as batch_apply  # noqa: E402
+from rag_pipeline.ingest.routing import route_batch  # noqa: E402
+from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
+from rag_pipeline.settings import Settings  # noqa: E402
+from rag_pipeline.store import db, deliveries  # noqa: E402
+
+MAX_PAGE_BYTES = 50_000_000
+PAGES_PER_BATCH = 50
+_NOISE = re.compile(r"[`*\\]")
+
+
+def plain(text: str) -> str:
+    """Markup that a heading or a list item may carry (``code``, **bold**, \\s) left out."""
+    return " ".join(_NOISE.sub("", text).split())
+
+
+def load(url: str, pages: dict[str, str], settings: Settings, embedder: LocalEmbedder) -> int:
+    budget = settings.chunk_budget()
+    started = time.perf_counter()
+    items = list(pages.items())
+    with db.connection(url) as conn:
+        for first in range(0, len(items), PAGES_PER_BATCH):
+            for page_url, markdown in items[first:first + PAGES_PER_BATCH]:
+                deliveries.insert(conn, rid=uuid.uuid4().hex, url=page_url, pushed_url=None, crawler_status=200,
+                                  original_status=200, content_type="text/markdown",
+                                  body=gzip.compress(markdown.encode()), body_encoding="gzip")
+            conn.commit()
+            route_batch(conn, PAGES_PER_BATCH, MAX_PAGE_BYTES)
+            work = deliveries.queued_work(conn, PAGES_PER_BATCH)
+            conn.commit()
+            events = list(batch_apply.apply_batch(
+                conn, work, batch_key=None, embedder_for=lambda _space: embedder,
+                chunk_budget=lambda _space: budget, max_page_bytes=MAX_PAGE_BYTES,
+                retry=batch_apply.RetryPolicy(3, 1.0)))
+            failed = [e for e in events if isinstance(e, batch_apply.Failed)]
+            if failed:
+                raise SystemExit(f"loading failed: {failed[0].failure.reason}")
+            print(f"  {min(len(items), first + PAGES_PER_BATCH)} pages applied "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+        conn.execute("ANALYZE")
+        conn.commit()
+        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+
+def answering(conn, questions: list[django_docs.Question]) -> dict[int, set[str]]:
+    """Question number → the keys (page#chunk) of the passages that answer it."""
+    rows = conn.execute("SELECT p.url, c.chunk_index, c.embed_text FROM chunks c JOIN pages p USING (page_id)"
+                        " WHERE p.deleted_at IS NULL").fetchall()
+    by_page = defaultdict(list)
+    for page_url, index, text in rows:
+        by_page[page_url].append((index, plain(text)))
+    out = {}
+    for n, q in enumerate(questions):
+        page = normalize_url(q.url)
+        marker = plain(q.marker)
+        out[n] = {f"{page}#{index}" for index, text in by_page[page] if marker in text}
+    return out
+
+
+def measure(conn, settings, embedder, questions, truth, mode, per_page):
+    ranks, times = [], []
+    by_kind = defaultdict(list)
+    for n, q in enumerate(questions):
+        t0 = time.perf_counter()
+        hits = retrieve(conn, settings, q.question, 10, per_page=per_page, mode=mode,
+                        embedder_for=lambda _space: embedder)
+        times.append((time.perf_counter() - t0) * 1000)
+        rank = next((i for i, h in enumerate(hits, 1) if h.key in truth[n]), None)
+        ranks.append(rank)
+        by_kind[q.kind].append(rank)
+
+    def scores(found):
+        return (sum(r is not None and r <= 5 for r in found) / len(found),
+                sum(r is not None for r in found) / len(found),
+                sum(1 / r for r in found if r is not None) / len(found))
+
+    return scores(ranks), {kind: scores(found) for kind, found in by_kind.items()}, times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vector-weight", type=float, default=None)
+    parser.add_argument("--lexical-weight", type=float, default=None)
+    parser.add_argument("--rrf-k", type=int, default=None)
+    args = parser.parse_args()
+    pages = django_docs.corpus(django_docs.fetch())
+    questions = django_docs.load_questions()
+    print(f"search modes: Django {django_docs.RELEASE} docs, {len(pages)} pages, {len(questions)} labelled questions; "
+          f"{os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with bench_database("bench_search_modes") as url:
+        overrides = {k: v for k, v in (("SEARCH_VECTOR_WEIGHT", args.vector_weight),
+                                       ("SEARCH_LEXICAL_WEIGHT", args.lexical_weight),
+                                       ("SEARCH_RRF_K", args.rrf_k)) if v is not None}
+        settings = Settings(DATABASE_URL=url, EMBEDDING_PROVIDER="local", **overrides)
+        t0 = time.perf_counter()
+        embedder = LocalEmbedder()
+        chunks = load(url, pages, settings, embedder)
+        print(f"indexed {chunks:,} chunks in {time.perf_counter() - t0:.0f} s (local model, chunks of "
+              f"{settings.chunk_budget()[0]} tokens); fusion: vector weight {settings.search_vector_weight}, "
+              f"lexical weight {settings.search_lexical_weight}, rrf k {settings.search_rrf_k}", flush=True)
+        with db.connection(url) as conn:
+            truth = answering(conn, questions)
+            unanswerable = [q for n, q in enumerate(questions) if not truth[n]]
+            if unanswerable:
+                for q in unanswerable[:10]:
+                    print(f"  no passage holds the marker {q.marker!r} on {q.url}")
+                raise SystemExit(f"FAILED: {len(unanswerable)} questions have no answering passage in the index")
+            retrieve(conn, settings, "warm up", 10, mode="vector", embedder_for=lambda _space: embedder)
+            results = {}
+            for per_page, label in ((None, "passages (no limit a page)"), (1, "one passage a page (the default)")):
+                print(f"\n{label}:")
+                print(f"  {'mode':<8} {'recall@5':>8} {'recall@10':>9} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}   "
+                      "recall@10 by kind")
+                for mode in MODES:
+                    (r5, r10, mrr), kinds, times = measure(conn, settings, embedder, questions, truth, mode, per_page)
+                    results[(mode, per_page)] = (r5, r10, mrr)
+                    shown = "  ".join(f"{k} {v[1]:.2f}" for k, v in sorted(kinds.items()))
+                    print(f"  {mode:<8} {r5:>8.3f} {r10:>9.3f} {mrr:>6.3f} {pct(times, 50):>7.1f} "
+                          f"{pct(times, 95):>7.1f}   {shown}", flush=True)
+    best_single = max(results[("vector", None)][1], results[("lexical", None)][1])
+    verdict = "≥" if results[("hybrid", None)][1] >= best_single else "<"
+    print(f"\nhybrid recall@10 {results[('hybrid', None)][1]:.3f} {verdict} the better single mode's {best_single:.3f}")
+    print(f"SEARCH_MODES recall@10 hybrid={results[('hybrid', None)][1]:.3f} vector={results[('vector', None)][1]:.3f} "
+          f"lexical={results[('lexical', None)][1]:.3f} mrr hybrid={results[('hybrid', None)][2]:.3f} "
+          f"vector={results[('vector', None)][2]:.3f} lexical={results[('lexical', None)][2]:.3f} "
+          f"({len(questions)} questions, {chunks} chunks)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
