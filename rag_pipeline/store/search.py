@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from rag_pipeline.core.filters import SearchFilters
+from rag_pipeline.core.lexical import any_of, candidate_terms, term_weights, tsquery_term
 from rag_pipeline.core.ranking import best_per_key, fuse_rrf
 from rag_pipeline.store.spaces import Space
 
@@ -178,19 +179,27 @@ def _where(filters: SearchFilters) -> tuple[sql.Composable, dict]:
 
 def _text_scan(conn: psycopg.Connection, question: str, config: str, limit: int,
                filters: SearchFilters) -> list[Citation]:
+    """Passages holding the question's words, ranked by the weight of the words they hold (the
+    rarer, the more: core/lexical.py), then by ts_rank_cd (more of them, closer together)."""
+    from rag_pipeline.store import text_search
+
+    words = text_search.lexemes(conn, config, question)
+    if not words:   # stop words only
+        return []
+    shares, unlisted = text_search.common_shares(conn)
+    weights = term_weights(words, shares, unlisted)
     where, params = _where(filters)
-    params.update(question=question, k=limit)
-    # Any of the question's words (plainto_tsquery joins them with AND: a question rarely has
-    # every word of its answer); ts_rank_cd rewards passages holding more of them, closer.
+    params.update(k=limit, any=any_of(candidate_terms(weights, shares)), every=any_of(list(weights)),
+                  terms=[tsquery_term(w) for w in weights], weights=list(weights.values()))
     query = sql.SQL(
-        "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index, ts_rank_cd(c.text_search, q.query, 1),"
+        "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index,"
+        "       (SELECT sum(t.weight) FROM unnest(%(terms)s::tsquery[], %(weights)s::float8[]) t (term, weight)"
+        "         WHERE c.text_search @@ t.term) + ts_rank_cd(c.text_search, %(every)s::tsquery, 1) AS score,"
         "       p.last_verified_at, p.last_changed_at, p.url"
-        " FROM (SELECT replace(plainto_tsquery({config}::regconfig, %(question)s)::text, ' & ', ' | ')::tsquery"
-        "       AS query) q"
-        " JOIN chunks c ON c.text_search @@ q.query JOIN pages p ON p.page_id = c.page_id"
-        " WHERE {where}"
+        " FROM chunks c JOIN pages p ON p.page_id = c.page_id"
+        " WHERE c.text_search @@ %(any)s::tsquery AND {where}"
         " ORDER BY 4 DESC, c.chunk_id LIMIT %(k)s"
-    ).format(config=sql.Literal(config), where=where)
+    ).format(where=where)
     with conn.transaction():
         rows = conn.execute(query, params).fetchall()
     return [

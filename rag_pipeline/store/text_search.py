@@ -42,3 +42,25 @@ def rebuild_for(conn: psycopg.Connection, wanted: str) -> bool:
         conn.execute("UPDATE text_search_config SET config = %s::regconfig", (wanted,))
     log.info("chunks.text_search rebuilt with text search configuration %s", wanted)
     return True
+
+
+def lexemes(conn: psycopg.Connection, config_name: str, text: str) -> list[str]:
+    """The question's lexemes as the index holds words (stemmed, stop words out), in order."""
+    rows = conn.execute("SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY positions[1]",
+                        (config_name, text)).fetchall()
+    return [r[0] for r in rows]
+
+
+def common_shares(conn: psycopg.Connection) -> tuple[dict[str, float], float]:
+    """(lexeme → share of passages holding it, for the common ones; the least share listed) from
+    PostgreSQL's statistics of `chunks.text_search` (kept by ANALYZE and autovacuum). None yet:
+    ({}, 0.0), and every word counts alike."""
+    row = conn.execute(
+        "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats"
+        " WHERE schemaname = current_schema() AND tablename = 'chunks' AND attname = 'text_search'"
+    ).fetchone()
+    if row is None or row[0] is None or row[1] is None:
+        return {}, 0.0
+    elems, freqs = row
+    # most_common_elem_freqs: one a listed element, then the least and the greatest, and nulls' share.
+    return dict(zip(elems, freqs)), float(freqs[len(elems)]) if len(freqs) > len(elems) else 0.0

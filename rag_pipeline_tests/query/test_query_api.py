@@ -59,6 +59,8 @@ def cli_json(*args: str) -> dict:
 def test_search_cites_as_the_cli_does_with_the_same_options(api):
     for body, args in (({"question": QUESTION}, []),
                        ({"question": QUESTION, "k": 2, "per_page": None}, ["--k", "2", "--per-page", "100"]),
+                       ({"question": QUESTION, "mode": "lexical"}, ["--mode", "lexical"]),
+                       ({"question": QUESTION, "mode": "vector", "k": 3}, ["--mode", "vector", "--k", "3"]),
                        ({"question": QUESTION, "max_age": "7d", "site": ["https://docs.example.com/back*"]},
                         ["--max-age", "7d", "--site", "https://docs.example.com/back*"])):
         answer = api.post("/search", json=body, headers=AUTH)

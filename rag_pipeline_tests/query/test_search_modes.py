@@ -67,6 +67,8 @@ def test_hybrid_keeps_what_only_the_meaning_finds(db_conn):
     assert search.hybrid(conn, space, vector, question, 3, config="english", per_page=1)[0].page_url == ROTATE
     # A question of stop words only has no lexemes: lexical finds nothing, and says nothing wrong.
     assert search.lexical(conn, "how do I do it", 5, config="english") == []
+    # Quotes and backslashes in a question are words like any other, not tsquery syntax.
+    assert search.lexical(conn, "O'Reilly's \\ back\\slash | & ! E117", 5, config="english")[0].page_url.endswith("e117")
 
 
 def test_the_cli_takes_a_mode_and_the_lexical_index_follows_its_configuration(db_conn, database_url, monkeypatch):
