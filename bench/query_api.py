@@ -11,7 +11,7 @@ Any answer but 200 is counted and fails the run. Last line:
 `QUERY_API search p95=…ms ask p95=…ms at N chunks, C clients`.
 
     .venv/bin/python bench/query_api.py [--pages 1000] [--chunks-per-page 20] [--clients 1,4,16]
-        [--requests 1000] [--workers 2]
+        [--requests 1000] [--workers 2] [--mode vector|lexical|hybrid]
 """
 
 from __future__ import annotations
@@ -115,12 +115,15 @@ def main() -> int:
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--requests", type=int, default=1000, help="per endpoint and client level")
     parser.add_argument("--workers", type=int, default=2, help="`serve` processes")
+    parser.add_argument("--mode", choices=["vector", "lexical", "hybrid"], default=None,
+                        help="sent with every request [default: none, the server's SEARCH_MODE, hybrid]")
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
     asked = questions(args.pages, args.chunks_per_page, 500, args.seed)
     print(f"query API: {args.pages:,} pages × {args.chunks_per_page} chunks, hash embedder {DIMENSIONS} dims; "
-          f"serve --workers {args.workers}; clients {levels}; {args.requests} requests a level and endpoint; "
+          f"serve --workers {args.workers}; mode {args.mode or 'the default'}; clients {levels}; "
+          f"{args.requests} requests a level and endpoint; "
           f"{os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     failures = 0
     with bench_database("bench_query_api") as url, FakeOpenAI(dimensions=16) as fake:
@@ -133,7 +136,7 @@ def main() -> int:
         with db.connection(url) as conn:
             for q in asked[:200] + asked[:300]:   # the first 200 warm the cache and the plan
                 t0 = time.perf_counter()
-                retrieve(conn, settings, q, 5)
+                retrieve(conn, settings, q, 5, mode=args.mode)
                 direct.append((time.perf_counter() - t0) * 1000)
         direct = direct[200:]
         print(f"in-process retrieve (no HTTP), 1 caller: p50 {pct(direct, 50):.1f} ms, p95 {pct(direct, 95):.1f} ms, "
@@ -144,8 +147,9 @@ def main() -> int:
         try:
             hammer(base, "/search", [{"question": q} for q in asked], 4, 200)   # warm every worker
             print(f"  {'endpoint':<8} {'clients':>7} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}  answers")
-            for path, body in (("/search", lambda q: {"question": q, "k": 5}),
-                               ("/ask", lambda q: {"question": q, "k": 5})):
+            extra = {"mode": args.mode} if args.mode else {}
+            for path, body in (("/search", lambda q: {"question": q, "k": 5, **extra}),
+                               ("/ask", lambda q: {"question": q, "k": 5, **extra})):
                 for clients in levels:
                     lat, statuses, seconds = hammer(base, path, [body(q) for q in asked], clients, args.requests)
                     bad = sum(n for s, n in statuses.items() if s != 200)

@@ -46,10 +46,7 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     space = spaces.active(conn)
     if space is None:
         raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
-    config = text_search.config(conn)
-    if config != settings.search_text_config:
-        log.warning("SEARCH_TEXT_CONFIG=%s, but the lexical index is built with %s (used here): "
-                    "`rag-pipeline db migrate` rebuilds it", settings.search_text_config, config)
+    config = _text_config(conn, settings) if mode != "vector" else None
     if mode == "lexical":
         return search_store.lexical(conn, question, k, config=config, per_page=per_page, filters=filters)
     try:
@@ -63,3 +60,12 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     fusion = search_store.Fusion(settings.search_vector_weight, settings.search_lexical_weight, settings.search_rrf_k)
     return search_store.hybrid(conn, space, vector, question, k, config=config, fusion=fusion,
                                ef_search=settings.search_ef_search, per_page=per_page, filters=filters)
+
+
+def _text_config(conn: psycopg.Connection, settings: Settings) -> str:
+    """The configuration the lexical index is built with: a question must be parsed with it."""
+    config = text_search.config(conn)
+    if config != settings.search_text_config:
+        log.warning("SEARCH_TEXT_CONFIG=%s, but the lexical index is built with %s (used here): "
+                    "`rag-pipeline db migrate` rebuilds it", settings.search_text_config, config)
+    return config

@@ -78,8 +78,8 @@ def nearest(conn: psycopg.Connection, space: Space, query_vector, k: int, *,
 
 def lexical(conn: psycopg.Connection, question: str, k: int, *, config: str, per_page: int | None = None,
             filters: SearchFilters = SearchFilters()) -> list[Citation]:
-    """The k chunks of live pages whose text best matches any word of the question (ts_rank_cd
-    over the GIN index of `chunks.text_search`; ``config`` its text search configuration)."""
+    """The k chunks of live pages that hold the question's words, the rarer words counting more
+    (over the GIN index of `chunks.text_search`; ``config`` its text search configuration)."""
     return _collect(lambda limit: _full(_text_scan(conn, question, config, limit, filters), limit), k, per_page)
 
 

@@ -71,7 +71,8 @@ def test_hybrid_keeps_what_only_the_meaning_finds(db_conn):
     assert search.lexical(conn, "O'Reilly's \\ back\\slash | & ! E117", 5, config="english")[0].page_url.endswith("e117")
 
 
-def test_the_cli_takes_a_mode_and_the_lexical_index_follows_its_configuration(db_conn, database_url, monkeypatch):
+def test_the_cli_takes_a_mode_and_the_lexical_index_follows_its_configuration(db_conn, database_url, monkeypatch,
+                                                                             caplog):
     conn, _ = db_conn
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("EMBEDDING_PROVIDER", "hash")
@@ -93,6 +94,12 @@ def test_the_cli_takes_a_mode_and_the_lexical_index_follows_its_configuration(db
     # 'simple' does not stem: "failing" no longer finds "failed"; 'english' did.
     assert search.lexical(conn, "failing", 3, config="simple") == []
     assert CliRunner().invoke(cli, ["db", "migrate"]).output.count("rebuilt") == 0
+    # A process whose setting differs from the index searches with the index's, and says so.
+    monkeypatch.setenv("SEARCH_TEXT_CONFIG", "english")
+    get_settings.cache_clear()
+    shown = CliRunner().invoke(cli, ["search", "failed E117", "--mode", "lexical", "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["results"][0]["url"].endswith("e117")
+    assert "the lexical index is built with simple" in caplog.text and "db migrate" in caplog.text
     monkeypatch.setenv("SEARCH_TEXT_CONFIG", "klingon")
     get_settings.cache_clear()
     refused = CliRunner().invoke(cli, ["db", "migrate"])
