@@ -119,10 +119,9 @@ def db_url(database: str) -> None:
 
 @db_group.command("migrate")
 def db_migrate() -> None:
-    """Apply the numbered migrations in sql/ that have not run yet."""
-    from rag_pipeline.store import db
-
-    from rag_pipeline.store import text_search
+    """Apply the numbered migrations in sql/ that have not run yet; rebuild the lexical index if
+    SEARCH_TEXT_CONFIG names another text search configuration than it was built with."""
+    from rag_pipeline.store import db, text_search
 
     settings = get_settings()
     url = db.server_url(settings)
@@ -172,7 +171,7 @@ def webhook(host: str, port: int, workers: int | None) -> None:
                 access_log=False)
 
 
-def _filter_options(command):
+def _retrieval_options(command):
     """--mode, and --max-age, --changed-since, --site: which pages a passage may come from (in the scan)."""
     for option in reversed([
         click.option("--mode", type=click.Choice(["vector", "lexical", "hybrid"]), default=None,
@@ -227,7 +226,7 @@ def serve(host: str, port: int, workers: int) -> None:
 @click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
 @click.option("--per-page", "per_page", default=1, show_default=True, type=click.IntRange(1, 100),
               help="Passages of one page at most: 1 makes every result another source.")
-@_filter_options
+@_retrieval_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def search(question: str, k: int, per_page: int, mode: str | None, max_age: str | None,
            changed_since: str | None, sites: tuple[str, ...], as_json: bool) -> None:
@@ -260,7 +259,7 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
 @click.argument("question")
 @click.option("--k", "k", default=8, show_default=True, type=click.IntRange(1, 50),
               help="Passages retrieved; the best that fit ANSWER_MAX_CONTEXT_TOKENS are sent.")
-@_filter_options
+@_retrieval_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_since: str | None,
         sites: tuple[str, ...], as_json: bool) -> None:
