@@ -159,6 +159,15 @@ class Settings(BaseSettings):
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
     crawler_waiting_max: int = Field(default=10_000, alias="CRAWLER_WAITING_MAX", ge=0)
 
+    # Index checks (`index_checks`, every 15 minutes). The window delivery_queue_drains looks back
+    # over: one check interval, so a queue that stopped moving is red at the next run.
+    check_window_minutes: int = Field(default=15, alias="CHECK_WINDOW_MINUTES", ge=1, le=1440)
+    # This many index runs failing in a row, the newest ones, turns index_runs_succeed red.
+    check_failed_runs: int = Field(default=2, alias="CHECK_FAILED_RUNS", ge=1, le=100)
+    # How long a page may show older content than its newest crawl, or a delivery wait, before the
+    # WARN checks say so (work in progress is not a fault).
+    check_grace_minutes: int = Field(default=30, alias="CHECK_GRACE_MINUTES", ge=1, le=10_080)
+
     # Retention (`rag-pipeline prune`, the daily `prune` schedule): days each kind of row is kept
     # once it is no longer needed; 0 keeps that kind forever. Rows in use are never pruned.
     delivery_retention_days: int = Field(default=14, alias="DELIVERY_RETENTION_DAYS", ge=0, le=36_500)

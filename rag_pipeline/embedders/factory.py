@@ -53,6 +53,14 @@ def make_embedder(settings: Settings) -> Embedder:
     raise EmbeddingError(f"unknown EMBEDDING_PROVIDER {provider!r}: expected openai, local or hash")
 
 
+#: The Dagster asset kind of each provider: what the UI shows on `embeddings`.
+PROVIDER_KINDS = {"openai": "openai", "local": "onnx", "hash": "python"}
+
+
+def provider_kind(settings: Settings) -> str:
+    return PROVIDER_KINDS[settings.resolved_embedding_provider()]
+
+
 def space_provider(model: str, dimensions: int) -> str:
     """Which provider made a space, from its name: the local and hash models have fixed names."""
     from rag_pipeline.embedders import local

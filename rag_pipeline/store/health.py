@@ -49,3 +49,38 @@ def stuck_deliveries(conn: psycopg.Connection, grace_minutes: int) -> Finding:
     return _finding(conn, "SELECT count(*)" + where,
                     "SELECT rid || ' ' || coalesce(outcome, 'unrouted') || ' ' || url" + where
                     + " ORDER BY id LIMIT 10", (grace_minutes,))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The delivery queue over a window: what waits, since when, and what was settled."""
+
+    waiting: int
+    oldest_minutes: float | None
+    settled: int          # deliveries applied (embedded, unchanged, tombstoned) or routed away
+
+
+def queue_progress(conn: psycopg.Connection, window_minutes: int) -> Progress:
+    waiting, oldest = conn.execute(
+        "SELECT count(*), extract(epoch FROM now() - min(received_at)) / 60 FROM deliveries"
+        " WHERE processed_at IS NULL OR outcome IN ('queued', 'failed')"
+    ).fetchone()
+    settled = conn.execute(
+        "SELECT count(*) FROM deliveries WHERE coalesce(applied_at, processed_at) >= now() - make_interval(mins => %s)"
+        " AND (applied_at IS NOT NULL OR outcome IN ('skipped', 'superseded'))",
+        (window_minutes,),
+    ).fetchone()[0]
+    return Progress(waiting, float(oldest) if oldest is not None else None, settled)
+
+
+def latest_page_error(conn: psycopg.Connection) -> str | None:
+    """Why the most recently failed page failed, as its delivery records it."""
+    row = conn.execute(
+        "SELECT error FROM deliveries WHERE error IS NOT NULL AND outcome IN ('queued', 'failed')"
+        " ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    return row[0] if row else None
+
+
+def pages_switched_by(conn: psycopg.Connection, run_ids: list[str]) -> int:
+    return conn.execute("SELECT count(*) FROM embedding_ledger WHERE run_id = ANY(%s)", (run_ids,)).fetchone()[0]

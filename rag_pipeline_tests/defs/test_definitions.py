@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from rag_pipeline_tests.harness import load_defs
 
@@ -47,3 +48,16 @@ def test_page_runs_do_not_run_index_wide_checks():
     for name in ("index_page", "rechunk"):
         assert not defs.resolve_job_def(name).asset_layer.asset_graph.asset_check_keys
     assert defs.resolve_job_def("index_checks").asset_layer.asset_graph.asset_check_keys
+
+
+@pytest.mark.parametrize("provider, kind, not_kind", [("local", "onnx", "openai"), ("openai", "openai", "onnx")])
+def test_the_embeddings_asset_shows_the_configured_embedders_kind(provider, kind, not_kind):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "OPENAI_"))}
+    env.update(EMBEDDING_PROVIDER=provider, OPENAI_API_KEY="sk-test")
+    shown = subprocess.run(
+        [sys.executable, "-c", "from rag_pipeline.defs.index.assets import embeddings as e; "
+                               "print(' '.join(sorted(e.specs_by_key[e.key].kinds)))"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    kinds = shown.stdout.split()
+    assert kind in kinds and not_kind not in kinds and "pgvector" in kinds

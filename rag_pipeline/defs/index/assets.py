@@ -19,9 +19,18 @@ from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.ingest import batch
 from rag_pipeline.ingest.batch import Failed, RetryPolicy
 from rag_pipeline.ingest.failures import classify
-from rag_pipeline.settings import get_settings
+from rag_pipeline.settings import SettingsError, get_settings
 
 GROUP = "index"
+
+
+def _embedder_kind() -> str:
+    from rag_pipeline.embedders.factory import provider_kind
+
+    try:
+        return provider_kind(get_settings())
+    except SettingsError:   # a bad setting is reported where it is used, not by a failing code location
+        return "embeddings"
 
 # A backfill from the UI (or a launched partition range) runs up to this many pages a run, as
 # contiguous ranges of the `pages` partitions, not a run a page. Dagster cuts runs by this policy
@@ -130,7 +139,8 @@ def chunks(
     group_name=GROUP,
     backfill_policy=ranged_backfill,
     deps=[chunks],
-    kinds={"postgres", "openai"},
+    # The configured embedder's kind (read when the code location loads: restart it after a change).
+    kinds={"postgres", "pgvector", _embedder_kind()},
     pool="embedding_api",
     # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
     # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.

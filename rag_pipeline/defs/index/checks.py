@@ -4,18 +4,27 @@ They run in their own job on a schedule, not inside every page run: each is one 
 whole index, which a page run should not pay for.
 """
 
+import time
+
 import dagster as dg
 
 from rag_pipeline.defs.index.assets import embeddings
-from rag_pipeline.defs.resources import PostgresResource
-from rag_pipeline.store import health
-
-PENDING_GRACE_MINUTES = 30
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.embedders.base import EmbeddingError
+from rag_pipeline.settings import get_settings
+from rag_pipeline.store import health, spaces
 
 INDEX_MATCHES_SOURCE = "indexed_hash_matches_source_hash"
 NO_TOMBSTONED_CHUNKS = "no_chunk_of_a_tombstoned_page"
 ONE_ACTIVE_SPACE = "every_chunk_in_the_active_space"
 NO_STUCK_DELIVERIES = "no_stuck_deliveries"
+INDEX_RUNS_SUCCEED = "index_runs_succeed"
+QUEUE_DRAINS = "delivery_queue_drains"
+EMBEDDING_API_ANSWERS = "embedding_api_answers"
+
+#: The jobs whose runs apply pages: batches, a page by hand, re-chunks, and UI materializations.
+INDEX_JOBS = ("index_batch", "index_page", "rechunk", "__ASSET_JOB")
+PROBE_TEXT = "rag-pipeline health probe"
 
 
 def _result(finding: health.Finding, what: str, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
@@ -29,10 +38,10 @@ def _result(finding: health.Finding, what: str, severity: dg.AssetCheckSeverity)
 
 
 @dg.asset_check(asset=embeddings, name=INDEX_MATCHES_SOURCE,
-                description=f"Search shows the newest content of every live page (after {PENDING_GRACE_MINUTES} min).")
+                description="Search shows the newest content of every live page (after CHECK_GRACE_MINUTES).")
 def indexed_matches_source(postgres: PostgresResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.pages_behind_source(conn, PENDING_GRACE_MINUTES)
+        finding = health.pages_behind_source(conn, get_settings().check_grace_minutes)
     return _result(finding, "live page(s) whose index lags their newest content", dg.AssetCheckSeverity.WARN)
 
 
@@ -53,11 +62,89 @@ def every_chunk_in_active_space(postgres: PostgresResource) -> dg.AssetCheckResu
 
 
 @dg.asset_check(asset=embeddings, name=NO_STUCK_DELIVERIES,
-                description=f"No delivery waits unrouted, queued or failed for over {PENDING_GRACE_MINUTES} min.")
+                description="No delivery waits unrouted, queued or failed for over CHECK_GRACE_MINUTES.")
 def no_stuck_deliveries(postgres: PostgresResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.stuck_deliveries(conn, PENDING_GRACE_MINUTES)
+        finding = health.stuck_deliveries(conn, get_settings().check_grace_minutes)
     return _result(finding, "stuck deliveries", dg.AssetCheckSeverity.WARN)
+
+
+def _newest_ended_index_runs(instance: dg.DagsterInstance, n: int) -> list[dg.RunRecord]:
+    """The ``n`` newest runs of the index jobs that ended (succeeded or failed), newest first."""
+    records = []
+    for job in INDEX_JOBS:
+        records += instance.get_run_records(dg.RunsFilter(
+            job_name=job, statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE]), limit=n)
+    return sorted(records, key=lambda r: r.end_time or 0, reverse=True)[:n]
+
+
+@dg.asset_check(asset=embeddings, name=INDEX_RUNS_SUCCEED,
+                description="The newest CHECK_FAILED_RUNS runs that apply pages did not all fail.")
+def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: PostgresResource) -> dg.AssetCheckResult:
+    n = get_settings().check_failed_runs
+    newest = _newest_ended_index_runs(context.instance, n)
+    failed = [r.dagster_run.run_id for r in newest if r.dagster_run.status == dg.DagsterRunStatus.FAILURE]
+    metadata = {"runs_looked_at": len(newest), "runs_failed": len(failed)}
+    if len(newest) < n or len(failed) < len(newest):
+        return dg.AssetCheckResult(
+            passed=True, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata,
+            description=f"{len(newest) - len(failed)} of the newest {len(newest)} index runs succeeded")
+    with postgres.connect() as conn:
+        switched = health.pages_switched_by(conn, failed)
+        reason = health.latest_page_error(conn)
+    # Runs that still switched pages failed for some pages only (a page the model refuses, say):
+    # worth a look. Runs that switched nothing mean nothing gets indexed at all.
+    severity = dg.AssetCheckSeverity.WARN if switched else dg.AssetCheckSeverity.ERROR
+    what = (f"they still switched {switched} pages: some pages fail on their own" if switched
+            else "they switched no page: nothing is being indexed")
+    return dg.AssetCheckResult(
+        passed=False, severity=severity,
+        metadata={**metadata, "pages_switched": switched, "newest_failed_run": failed[0], "page_error": reason or ""},
+        description=(f"the newest {len(failed)} index runs all failed (newest: {failed[0]}); {what}"
+                     + (f"; pages fail with: {reason[:300].rstrip('.')}" if reason else "")
+                     + ". Open the run in the Dagster UI for its error and fix the cause (embedding API key "
+                       "or outage, database); the failed pages are retried on their own (RUN_RETRY_*)."))
+
+
+@dg.asset_check(asset=embeddings, name=QUEUE_DRAINS,
+                description="Deliveries waiting longer than CHECK_WINDOW_MINUTES means some were applied meanwhile.")
+def delivery_queue_drains(postgres: PostgresResource) -> dg.AssetCheckResult:
+    window = get_settings().check_window_minutes
+    with postgres.connect() as conn:
+        progress = health.queue_progress(conn, window)
+    metadata = {"waiting": progress.waiting, "settled_in_window": progress.settled,
+                "oldest_waiting_minutes": round(progress.oldest_minutes or 0.0, 1), "window_minutes": window}
+    stalled = progress.waiting and (progress.oldest_minutes or 0) > window and progress.settled == 0
+    if not stalled:
+        return dg.AssetCheckResult(
+            passed=True, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata,
+            description=f"{progress.waiting} deliveries waiting, {progress.settled} settled in the last {window} min")
+    return dg.AssetCheckResult(
+        passed=False, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata,
+        description=(f"{progress.waiting} deliveries wait, the oldest for {progress.oldest_minutes:.0f} min, and none "
+                     f"was applied in the last {window} min: is the Dagster daemon running with delivery_sensor on? "
+                     f"If it is, see {INDEX_RUNS_SUCCEED} and the runs' errors."))
+
+
+@dg.asset_check(asset=embeddings, name=EMBEDDING_API_ANSWERS,
+                description="The active space's embedding model answers a one-line request.")
+def embedding_api_answers(postgres: PostgresResource, embedder: EmbedderResource) -> dg.AssetCheckResult:
+    with postgres.connect() as conn:
+        active = spaces.active(conn)
+    try:
+        model = embedder.for_space(active)
+        started = time.perf_counter()
+        model.embed([PROBE_TEXT])
+    except EmbeddingError as exc:
+        return dg.AssetCheckResult(
+            passed=False, severity=dg.AssetCheckSeverity.ERROR, metadata={"error": str(exc)[:1000]},
+            description=(f"the embedding model of the index ({active.model if active else 'the configured one'}) "
+                         f"failed: {str(exc)[:300]}. Check OPENAI_API_KEY and OPENAI_BASE_URL, or the provider's "
+                         "status; pages wait and are retried."))
+    return dg.AssetCheckResult(
+        passed=True, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"model": model.model, "seconds": round(time.perf_counter() - started, 3)},
+        description=f"{model.model} answered")
 
 
 index_checks_job = dg.define_asset_job(
