@@ -290,41 +290,69 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the same figures).")
 def status(as_json: bool) -> None:
-    """Pages, deliveries by outcome, and what embedding cost and saved."""
-    from rag_pipeline.store import db, deliveries, pages
+    """Pages by state, the delivery queue, the last hour, overdue pages, what embedding cost and saved."""
+    from rag_pipeline.store import db, deliveries, pages, schedule
+    from rag_pipeline.store import status as status_store
 
     url = _app_url(create=False)
     with db.connection(url) as conn:
-        page_counts = pages.counts(conn)
-        outcome_counts = deliveries.outcome_counts(conn)
-        ledger = conn.execute(
-            "SELECT coalesce(sum(chunks_total),0), coalesce(sum(chunks_embedded),0),"
-            " coalesce(sum(tokens_embedded),0), coalesce(sum(tokens_reused),0), coalesce(sum(requests),0)"
-            " FROM embedding_ledger"
-        ).fetchone()
-        chunk_count = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        overdue, examples = schedule.overdue(conn)
+        report = {
+            "pages": pages.counts(conn),
+            "chunks": status_store.chunk_count(conn),
+            "queue": status_store.queue(conn),
+            "last_hour": {"deliveries": status_store.outcomes_since(conn, 60),
+                          "embedding": status_store.ledger_totals(conn, since_minutes=60)},
+            "deliveries": deliveries.outcome_counts(conn),
+            "embedding": status_store.ledger_totals(conn),
+            "overdue": {"pages": overdue, "examples": examples},
+        }
     settings = get_settings()
-    report = {
-        "database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
-                     else f"embedded at {db.embedded.pgdata_dir(settings)} ({settings.rag_home_source()})"),
-        "pages": page_counts,
-        "chunks": chunk_count,
-        "deliveries": outcome_counts,
-        "embedding": dict(zip(
-            ["chunks_switched", "chunks_embedded", "tokens_embedded", "tokens_reused", "requests"],
-            [int(v) for v in ledger],
-        )),
-    }
+    report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
+                           else f"embedded at {db.embedded.pgdata_dir(settings)} ({settings.rag_home_source()})"),
+              **report}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    for section, values in report.items():
-        if isinstance(values, dict):
-            click.echo(f"{section}: " + (", ".join(f"{k}={v}" for k, v in values.items()) or "none"))
-        else:
-            click.echo(f"{section}: {values}")
+    _print_status(report)
+
+
+def _print_status(report: dict) -> None:
+    """Tables on a terminal; the same tables in plain text when piped (no colours, no wrapping)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(soft_wrap=True) if sys.stdout.isatty() else Console(no_color=True, width=120)
+    console.print(f"database: {report['database']}", highlight=False)
+
+    def table(title: str, rows: list[tuple[str, object]]) -> None:
+        t = Table(title=title, title_justify="left", box=box.SIMPLE, show_header=False)
+        t.add_column(style="bold")
+        t.add_column(justify="right")
+        for name, value in rows:
+            t.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
+        console.print(t)
+
+    pages, queue = report["pages"], report["queue"]
+    table("pages", [*pages.items(), ("chunks", report["chunks"]), ("overdue for a recrawl", report["overdue"]["pages"])])
+    table("queue", [("unrouted", queue["unrouted"]), ("queued for a run", queue["queued"]),
+                    ("failed, retrying", queue["failed_retrying"]), ("failed, not retried", queue["failed_for_good"]),
+                    ("oldest waiting", "-" if queue["oldest_waiting_minutes"] is None
+                     else f"{queue['oldest_waiting_minutes']} min")])
+    hour = report["last_hour"]
+    table("last hour", [*(hour["deliveries"] or {"deliveries": 0}).items(),
+                        ("tokens embedded", hour["embedding"]["tokens_embedded"]),
+                        ("tokens reused (vectors cached)", hour["embedding"]["tokens_reused"])])
+    ever = report["embedding"]
+    table("all time", [*(report["deliveries"] or {"deliveries": 0}).items(),
+                       ("chunks switched", ever["chunks_switched"]), ("chunks embedded", ever["chunks_embedded"]),
+                       ("tokens embedded", ever["tokens_embedded"]), ("tokens reused", ever["tokens_reused"]),
+                       ("embedding requests", ever["requests"])])
+    if report["overdue"]["examples"]:
+        console.print("overdue, e.g.: " + ", ".join(report["overdue"]["examples"]), highlight=False)
 
 
 @main.group()
