@@ -159,6 +159,12 @@ class Settings(BaseSettings):
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
     crawler_waiting_max: int = Field(default=10_000, alias="CRAWLER_WAITING_MAX", ge=0)
 
+    # The `index` asset: delivery_sensor records the index as a whole this often (Dagster plots it).
+    index_snapshot_every_s: float = Field(default=300.0, alias="INDEX_SNAPSHOT_EVERY_S", ge=0)
+    # What embedding costs, in dollars per million tokens, for the `index` asset's cost and saving
+    # figures. Unset: 0.02 (text-embedding-3-small) for the openai provider, 0 for the others.
+    embedding_price_per_mtok: float | None = Field(default=None, alias="EMBEDDING_PRICE_PER_MTOK", ge=0)
+
     # Index checks (`index_checks`, every 15 minutes). The window delivery_queue_drains looks back
     # over: one check interval, so a queue that stopped moving is red at the next run.
     check_window_minutes: int = Field(default=15, alias="CHECK_WINDOW_MINUTES", ge=1, le=1440)
@@ -220,6 +226,11 @@ class Settings(BaseSettings):
         receiver and everything that delivers to it (the CLI, the local crawler) read it here, so
         they agree in a shell where WEBHOOK_TOKEN was never exported."""
         return self.webhook_token or _token_file(self.rag_home / "webhook_token")
+
+    def resolved_embedding_price(self) -> float:
+        if self.embedding_price_per_mtok is not None:
+            return self.embedding_price_per_mtok
+        return 0.02 if self.resolved_embedding_provider() == "openai" else 0.0
 
     def resolved_query_api_token(self) -> str | None:
         """QUERY_API_TOKEN, else the token `make run` generated in $RAG_HOME/query_api_token."""

@@ -53,11 +53,17 @@ class Pipeline:
         self.defs = defs
         self.sensor = defs.resolve_sensor_def("delivery_sensor")
         self.job = defs.resolve_job_def("index_batch")
+        self.cursor: str | None = None
 
     def tick(self, *, execute: bool = True, expect_success: bool = True) -> Tick:
-        context = dg.build_sensor_context(instance=self.instance, resources={"postgres": PostgresResource()})
+        context = dg.build_sensor_context(instance=self.instance, resources={"postgres": PostgresResource()},
+                                          cursor=self.cursor)
         result = self.sensor(context)
         assert isinstance(result, dg.SensorResult)
+        # What the daemon does with a tick's result: its cursor kept, its asset events recorded.
+        self.cursor = result.cursor if result.cursor is not None else self.cursor
+        for event in result.asset_events or []:
+            self.instance.report_runless_asset_event(event)
         for request in result.dynamic_partitions_requests or []:
             self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
         runs = []

@@ -11,14 +11,15 @@ from rag_pipeline_tests.harness import load_defs
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_asset_graph_is_pages_chunks_embeddings():
+def test_asset_graph_is_pages_chunks_embeddings_and_the_index_as_a_whole():
     graph = load_defs().resolve_asset_graph()
     parents = {key.to_user_string(): {p.to_user_string() for p in graph.get(key).parent_keys}
                for key in graph.get_all_asset_keys()}
-    assert parents == {"pages": set(), "chunks": {"pages"}, "embeddings": {"chunks"}}
+    assert parents == {"pages": set(), "chunks": {"pages"}, "embeddings": {"chunks"}, "index": {"embeddings"}}
     for name in ("pages", "chunks", "embeddings"):
         node = graph.get(dg.AssetKey(name))
         assert node.partitions_def == dg.DynamicPartitionsDefinition(name="pages")
+    assert graph.get(dg.AssetKey("index")).partitions_def is None   # one view of the whole index
 
 
 def test_chunks_code_version_is_the_chunker_version():

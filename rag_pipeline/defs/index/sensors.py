@@ -1,9 +1,12 @@
 """delivery_sensor: turns stored crawler deliveries into batch runs, only for real changes."""
 
+from datetime import UTC, datetime, timedelta
+
 import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch import index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.index_view import snapshot_event
 from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
@@ -32,6 +35,10 @@ DELIVERY_TICK_S = 14
 )
 def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SensorResult:
     settings = get_settings()
+    now = datetime.now(UTC)
+    # The cursor: when the `index` asset was last recorded (epoch seconds).
+    last = float(context.cursor) if context.cursor else None
+    due = last is None or now.timestamp() - last >= settings.index_snapshot_every_s
     with postgres.connect() as conn:
         routed = route_batch(conn, settings.sensor_batch_size, settings.webhook_max_page_bytes)
         # Batches whose run will never finish them give their pages back (a try counted), before
@@ -43,10 +50,17 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         work = deliveries.queued_work(conn, settings.sensor_batch_size)
         conn.commit()
         requests = request_batches(conn, work, settings)
+        since = (datetime.fromtimestamp(last, UTC) if last is not None
+                 else now - timedelta(seconds=settings.index_snapshot_every_s))
+        events = [snapshot_event(conn, settings, since, now)] if due else []
+        conn.commit()
+    cursor = str(now.timestamp()) if due else context.cursor
     if recovered["freed_batches"]:
         context.log.warning(f"reconciler: {recovered['freed_pages']} page(s) of {recovered['freed_batches']} "
                             f"batch(es) freed, {recovered['runs_failed']} run(s) whose worker was gone marked failed")
     if not routed.routed and not requests:
+        if events:
+            return dg.SensorResult(asset_events=events, cursor=cursor)
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
     urls = sorted({url for r in requests for url in pages_of(r)})
     # Added here, in one upsert, before any run of them starts. (A dynamic_partitions_request
@@ -55,7 +69,7 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     context.instance.add_dynamic_partitions(pages_partitions.name, urls)
     context.log.info("routed %s; %d page(s) in %d batch run(s), %d retried",
                      dict(routed.outcomes), len(urls), len(requests), retried)
-    return dg.SensorResult(run_requests=requests)
+    return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor)
 
 
 @dg.run_failure_sensor(
