@@ -14,7 +14,7 @@ import psycopg
 
 from rag_pipeline.core.bodies import decode_stored
 from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
-from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown, storable
+from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
 from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
 from rag_pipeline.embedders.base import (EmbedResult, Embedder, EmbeddingError, PartialEmbeddingError,
@@ -338,7 +338,4 @@ def _record_failure(conn: psycopg.Connection, page: pages.Page, error: str) -> N
     if page.source_delivery_id is None:
         return
     with conn.transaction():
-        conn.execute(
-            "UPDATE deliveries SET outcome = 'failed', error = %s WHERE id = %s AND outcome = 'queued'",
-            (storable(error)[:2000], page.source_delivery_id),
-        )
+        deliveries.note_failed(conn, page.source_delivery_id, error)

@@ -75,6 +75,15 @@ def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
     )
 
 
+def note_failed(conn: psycopg.Connection, delivery_id: int, error: str) -> None:
+    """A queued delivery whose content could not be made searchable: failed, with why (the page
+    keeps its old version; a retry is the run's business, `record_run_failure`)."""
+    conn.execute(
+        "UPDATE deliveries SET outcome = 'failed', error = left(%s, 2000) WHERE id = %s AND outcome = 'queued'",
+        (storable(error), delivery_id),
+    )
+
+
 def newest_queued(conn: psycopg.Connection, page_url: str) -> Delivery | None:
     """With the text routing normalized, when it kept it (then the body is not read again)."""
     with conn.cursor(row_factory=class_row(Delivery)) as cur:
