@@ -29,10 +29,25 @@ class QueuedPage:
     delivery_id: int
 
 
+@dataclass(frozen=True)
+class Settled:
+    """A delivery routing settled without a run: what its page's partition records of the crawl."""
+
+    page_url: str
+    delivery_id: int
+    outcome: str                    # unchanged, deleted, skipped, superseded, failed
+    original_status: int | None
+    crawler_status: int | None
+    redirected_from: str | None = None
+
+
 @dataclass
 class RoutingResult:
     queued: list[QueuedPage] = field(default_factory=list)
     outcomes: Counter = field(default_factory=Counter)
+    settled: list[Settled] = field(default_factory=list)
+    #: Redirects recorded this time: target page → (the URL that redirects to it, the delivery).
+    redirects: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def routed(self) -> int:
@@ -61,6 +76,7 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                     # A stored body the receiver accepted should decode; if not, say so and move on.
                     outcome = "failed"
                     deliveries.mark(conn, delivery.id, "failed", error=str(exc))
+                    _settled(result, delivery, outcome)
                 except psycopg.DataError as exc:
                     # Data PostgreSQL refuses (SQLSTATE class 22, or a NUL psycopg will not send):
                     # its savepoint is rolled back, and routing it again would fail the same way.
@@ -68,10 +84,24 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                     outcome = "failed"
                     deliveries.mark(conn, delivery.id, "failed", error=data_error_reason(exc))
                     log.warning("delivery %s not routed: %s", delivery.id, exc)
+                    _settled(result, delivery, outcome)
+                else:
+                    if outcome != "queued":
+                        _settled(result, delivery, outcome)
                 result.outcomes[outcome] += 1
         if len(claimed) < chunk:
             break
     return result
+
+
+def _settled(result: RoutingResult, delivery, outcome: str) -> None:
+    try:
+        page_url = normalize_url(delivery.url)
+    except InvalidURL:
+        return   # no page to tell it to
+    redirect = result.redirects.get(page_url)
+    result.settled.append(Settled(page_url, delivery.id, outcome, delivery.original_status, delivery.crawler_status,
+                                  redirect[0] if redirect and redirect[1] == delivery.id else None))
 
 
 def data_error_reason(exc: psycopg.DataError) -> str:
@@ -108,7 +138,9 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
         )
         return "skipped"
 
-    _note_redirect(conn, delivery, page_url, pushed_url)
+    redirected_from = _note_redirect(conn, delivery, page_url, pushed_url)
+    if redirected_from:
+        result.redirects[page_url] = (redirected_from, delivery.id)
 
     if verdict is Verdict.TOMBSTONE:
         pages.tombstone(conn, pid, page_url, delivery.id, delivery.original_status)
@@ -144,18 +176,20 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
     return "queued"
 
 
-def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None) -> None:
+def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None) -> str | None:
     """The page is indexed under the delivered URL. When that is not the URL we pushed (the site
     redirected), the pushed URL becomes an alias of it: recrawled no more, nothing indexed twice.
-    A URL delivered as itself again is a page again."""
+    A URL delivered as itself again is a page again. Returns the alias recorded, if any."""
     aliases.clear(conn, page_url)
     pushed = delivery.pushed_url or pushed_url
     if not pushed:
-        return
+        return None
     try:
         pushed_page = normalize_url(pushed.replace("%7C", "|"))
     except InvalidURL:
         log.warning("delivery %s: ignoring unreadable pushed URL %r", delivery.id, pushed)
-        return
-    if pushed_page != page_url:
-        aliases.record(conn, pushed_page, page_url, delivery.url, delivery.id)
+        return None
+    if pushed_page == page_url:
+        return None
+    aliases.record(conn, pushed_page, page_url, delivery.url, delivery.id)
+    return pushed_page

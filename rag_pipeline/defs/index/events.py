@@ -64,3 +64,38 @@ class EventWriter:
         build = DagsterEvent.asset_materialization if key[0] == "materialization" else DagsterEvent.asset_observation
         for i, event in enumerate(events):
             build(self._step, event, DagsterEventBatchMetadata(batch_id, i == len(events) - 1))
+
+
+def write_runless(instance: dg.DagsterInstance, events: list[dg.AssetObservation | dg.AssetMaterialization]) -> None:
+    """Asset events reported outside any run (a sensor's), one batch insert per asset key and
+    type instead of one write each (~7 ms an event through `report_runless_asset_event` on
+    dagster-postgres). Falls back to one at a time where the batch API is missing."""
+    try:
+        from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType, StepMaterializationData
+        from dagster._core.events.log import EventLogEntry
+        from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
+    except ImportError as exc:
+        log.warning("writing runless asset events one at a time (dagster's batching API is missing: %s)", exc)
+        for event in events:
+            instance.report_runless_asset_event(event)
+        return
+    import time
+
+    groups: dict[tuple[str, dg.AssetKey], list] = {}
+    for event in events:
+        groups.setdefault((type(event).__name__, event.asset_key), []).append(event)
+    for (kind, _), group in groups.items():
+        materialization = kind == "AssetMaterialization"
+        entries = [
+            EventLogEntry(
+                error_info=None, level=logging.INFO, user_message="", run_id=RUNLESS_RUN_ID, timestamp=time.time(),
+                step_key=None, job_name=RUNLESS_JOB_NAME,
+                dagster_event=DagsterEvent(
+                    event_type_value=(DagsterEventType.ASSET_MATERIALIZATION if materialization
+                                      else DagsterEventType.ASSET_OBSERVATION).value,
+                    event_specific_data=StepMaterializationData(e) if materialization else AssetObservationData(e),
+                    job_name=RUNLESS_JOB_NAME),
+            )
+            for e in group
+        ]
+        instance.event_log_storage.store_event_batch(entries)

@@ -1,11 +1,15 @@
 """The metadata of a page's `pages`, `chunks` and `embeddings` materializations, one shape
-whether a page run or a batch run wrote them, so a partition's history reads the same."""
+whether a page run or a batch run wrote them, so a partition's history reads the same; and the
+events that tell a crawl routing settled without a run (`crawl_events`)."""
 
 from __future__ import annotations
+
+import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.batch import Failed
+from rag_pipeline.ingest.routing import RoutingResult
 from rag_pipeline.store import spaces
 
 
@@ -70,3 +74,38 @@ def _space_of(conn, space_id: int | None, seen: dict) -> spaces.Space | None:
         seen[space_id] = spaces.by_id(conn, space_id)
         conn.commit()
     return seen[space_id]
+
+
+# What a page's partition shows of a crawl that needed no run (routing settled it).
+_TOLD = {"unchanged": "unchanged", "deleted": "tombstoned", "skipped": "skipped", "superseded": "superseded",
+         "failed": "failed"}
+
+
+def crawl_events(routed: RoutingResult) -> list[dg.AssetObservation | dg.AssetMaterialization]:
+    """One event a delivery routing settled, on its page's partition: an observation of `pages`
+    with what the crawl did; for a tombstone also a materialization of `embeddings` with no
+    chunks, so the partition's latest state is not its old content. A redirect is told on the
+    page it leads to."""
+    events: list[dg.AssetObservation | dg.AssetMaterialization] = []
+    settled_ids = set()
+    for s in routed.settled:
+        settled_ids.add(s.delivery_id)
+        metadata = {"status": _TOLD[s.outcome], "delivery_id": s.delivery_id,
+                    "original_status": s.original_status if s.original_status is not None else -1,
+                    "crawler_status": s.crawler_status if s.crawler_status is not None else -1}
+        if s.redirected_from:
+            metadata["redirected_from"] = dg.MetadataValue.url(s.redirected_from)
+        events.append(dg.AssetObservation(asset_key=dg.AssetKey("pages"), partition=s.page_url, metadata=metadata))
+        if s.outcome == "deleted":
+            events.append(dg.AssetMaterialization(
+                asset_key=dg.AssetKey("embeddings"), partition=s.page_url,
+                description="tombstoned: the page is gone, its chunks left search",
+                metadata={"status": "tombstoned", "chunks_total": 0, "delivery_id": s.delivery_id,
+                          "original_status": metadata["original_status"]}))
+    for page_url, (origin, delivery_id) in routed.redirects.items():
+        if delivery_id not in settled_ids:
+            events.append(dg.AssetObservation(
+                asset_key=dg.AssetKey("pages"), partition=page_url,
+                metadata={"status": "redirect", "delivery_id": delivery_id,
+                          "redirected_from": dg.MetadataValue.url(origin)}))
+    return events

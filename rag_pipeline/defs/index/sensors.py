@@ -6,7 +6,9 @@ import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch import index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.events import write_runless
 from rag_pipeline.defs.index.index_view import snapshot_event
+from rag_pipeline.defs.index.metadata import crawl_events
 from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
@@ -58,6 +60,11 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     if recovered["freed_batches"]:
         context.log.warning(f"reconciler: {recovered['freed_pages']} page(s) of {recovered['freed_batches']} "
                             f"batch(es) freed, {recovered['runs_failed']} run(s) whose worker was gone marked failed")
+    told = crawl_events(routed)
+    if told:
+        # Every crawl that needed no run is told on its page's partition (a 404-only page too).
+        context.instance.add_dynamic_partitions(pages_partitions.name, sorted({e.partition for e in told}))
+        write_runless(context.instance, told)
     if not routed.routed and not requests:
         if events:
             return dg.SensorResult(asset_events=events, cursor=cursor)
