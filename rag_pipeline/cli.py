@@ -6,6 +6,7 @@ import gzip
 import json
 import sys
 import uuid
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -377,6 +378,28 @@ def space_list() -> None:
                        f"{cached} vectors cached{searchable}{waiting}")
 
 
+@contextmanager
+def _progress(label: str, total: int, *, every: int):
+    """advance(done, note): a bar with counts and ETA on a terminal (stderr); a plain line each
+    ``every`` items when not attached to one (logs, CI)."""
+    if sys.stderr.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      TextColumn("{task.fields[note]}"), transient=True) as bar:
+            task = bar.add_task(label, total=total or None, note="")
+            yield lambda done, note="": bar.update(task, completed=done, note=note)
+        return
+    last = [0]
+
+    def advance(done: int, note: str = "") -> None:
+        if done - last[0] >= every or done == total:
+            last[0] = done
+            click.echo(f"  {done:,} of {total:,} {label}" + (f", {note}" if note else ""), err=True)
+
+    yield advance
+
+
 @space.command("build")
 def space_build() -> None:
     """Fill the space of the configured embedder from the indexed chunk texts (search unaffected)."""
@@ -384,18 +407,19 @@ def space_build() -> None:
     from rag_pipeline.ingest.model_switch import WALK_PAGE, ModelSwitchError, build
     from rag_pipeline.store import db
 
+    from rag_pipeline.store.status import chunk_count
+
     settings = get_settings()
     embedder = make_embedder(settings)
-
-    def progress(result) -> None:
-        if result.chunks_walked % (20 * WALK_PAGE) < WALK_PAGE:
-            click.echo(f"  {result.chunks_walked} chunks walked, {result.texts_embedded} texts embedded", err=True)
-
     with db.connection(_app_url(create=False)) as conn:
-        try:
-            result = build(conn, embedder, maintenance_work_mem=settings.space_build_memory, on_progress=progress)
-        except ModelSwitchError as exc:
-            raise CliError(str(exc)) from exc
+        total = chunk_count(conn)
+        conn.commit()
+        with _progress("chunks walked", total, every=20 * WALK_PAGE) as advance:
+            try:
+                result = build(conn, embedder, maintenance_work_mem=settings.space_build_memory,
+                               on_progress=lambda r: advance(r.chunks_walked, f"{r.texts_embedded} texts embedded"))
+            except ModelSwitchError as exc:
+                raise CliError(str(exc)) from exc
     index = f"; index built in {result.index_s:.1f} s" if result.index_built else ""
     click.echo(f"space {result.space.space_id} ({embedder.model}, {embedder.dimensions} dims, "
                f"{result.space.status}): {result.chunks_walked} chunks walked, {result.texts_embedded} texts, "

@@ -79,6 +79,9 @@ def test_cli_space_commands(db_conn, database_url, monkeypatch):
     runner = CliRunner()
     out = runner.invoke(cli, ["space", "build"])
     assert out.exit_code == 0 and "building" in out.output, out.output
+    chunks = db_conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    # Not a terminal: plain progress lines, the last one the whole walk.
+    assert f"{chunks:,} of {chunks:,} chunks walked" in out.output, out.output
     out = runner.invoke(cli, ["space", "activate"])
     assert out.exit_code == 0 and "hash-v1-48" in out.output, out.output
     listing = runner.invoke(cli, ["space", "list"]).output
