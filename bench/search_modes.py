@@ -20,29 +20,25 @@ The Django source release comes from the package index once (pip download), into
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import re
 import sys
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.database import bench_database  # noqa: E402
+from bench.loading import apply_pages  # noqa: E402
 from bench.labelled import django_docs  # noqa: E402
 from bench.search_quality import pct  # noqa: E402
 from rag_pipeline.core.urls import normalize_url  # noqa: E402
 from rag_pipeline.embedders.local import LocalEmbedder  # noqa: E402
-from rag_pipeline.ingest import batch as batch_apply  # noqa: E402
-from rag_pipeline.ingest.routing import route_batch  # noqa: E402
 from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
-from rag_pipeline.store import db, deliveries  # noqa: E402
+from rag_pipeline.store import db  # noqa: E402
 
-MAX_PAGE_BYTES = 50_000_000
 PAGES_PER_BATCH = 50
 _NOISE = re.compile(r"[`*\\]")
 
@@ -53,31 +49,8 @@ def plain(text: str) -> str:
 
 
 def load(url: str, pages: dict[str, str], settings: Settings, embedder: LocalEmbedder) -> int:
-    budget = settings.chunk_budget()
-    started = time.perf_counter()
-    items = list(pages.items())
-    with db.connection(url) as conn:
-        for first in range(0, len(items), PAGES_PER_BATCH):
-            for page_url, markdown in items[first:first + PAGES_PER_BATCH]:
-                deliveries.insert(conn, rid=uuid.uuid4().hex, url=page_url, pushed_url=None, crawler_status=200,
-                                  original_status=200, content_type="text/markdown",
-                                  body=gzip.compress(markdown.encode()), body_encoding="gzip")
-            conn.commit()
-            route_batch(conn, PAGES_PER_BATCH, MAX_PAGE_BYTES)
-            work = deliveries.queued_work(conn, PAGES_PER_BATCH)
-            conn.commit()
-            events = list(batch_apply.apply_batch(
-                conn, work, batch_key=None, embedder_for=lambda _space: embedder,
-                chunk_budget=lambda _space: budget, max_page_bytes=MAX_PAGE_BYTES,
-                retry=batch_apply.RetryPolicy(3, 1.0)))
-            failed = [e for e in events if isinstance(e, batch_apply.Failed)]
-            if failed:
-                raise SystemExit(f"loading failed: {failed[0].failure.reason}")
-            print(f"  {min(len(items), first + PAGES_PER_BATCH)} pages applied "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-        conn.execute("ANALYZE")
-        conn.commit()
-        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    return apply_pages(url, pages.items(), embedder, settings.chunk_budget(), per_batch=PAGES_PER_BATCH,
+                       report_every=PAGES_PER_BATCH)
 
 
 def answering(conn, questions: list[django_docs.Question]) -> dict[int, set[str]]:

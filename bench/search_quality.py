@@ -19,7 +19,6 @@ true 10), latency p50/p95/p99 per ef_search, and the default the project uses. L
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import sys
 import time
@@ -32,14 +31,12 @@ import numpy as np  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from bench.database import bench_database  # noqa: E402
+from bench.loading import apply_pages  # noqa: E402
 from rag_pipeline.embedders.base import EmbedResult  # noqa: E402
-from rag_pipeline.ingest import batch as batch_apply  # noqa: E402
-from rag_pipeline.ingest.routing import route_batch  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
-from rag_pipeline.store import db, deliveries, search, spaces  # noqa: E402
+from rag_pipeline.store import db, search, spaces  # noqa: E402
 
 DIMENSIONS = 384
-MAX_PAGE_BYTES = 10_000_000
 PAGES_PER_BATCH = 250
 
 
@@ -68,31 +65,9 @@ def page_text(n: int, chunks: int) -> str:
     return f"# Page {n}\n\n" + "\n\n".join(paragraphs)
 
 
-def load(url: str, pages: int, per_page: int, embedder: ClusteredEmbedder) -> int:
-    started = time.perf_counter()
-    with db.connection(url) as conn:
-        for first in range(0, pages, PAGES_PER_BATCH):
-            for n in range(first, min(pages, first + PAGES_PER_BATCH)):
-                deliveries.insert(conn, rid=uuid.uuid4().hex, url=f"https://docs.example.com/q/{n}", pushed_url=None,
-                                  crawler_status=200, original_status=200, content_type="text/markdown",
-                                  body=gzip.compress(page_text(n, per_page).encode()), body_encoding="gzip")
-            conn.commit()
-            route_batch(conn, PAGES_PER_BATCH, MAX_PAGE_BYTES)
-            work = deliveries.queued_work(conn, PAGES_PER_BATCH)
-            conn.commit()
-            events = list(batch_apply.apply_batch(
-                conn, work, batch_key=None, embedder_for=lambda _space: embedder,
-                chunk_budget=lambda _space: (40, 0), max_page_bytes=MAX_PAGE_BYTES,
-                retry=batch_apply.RetryPolicy(3, 1.0)))
-            failed = [e for e in events if isinstance(e, batch_apply.Failed)]
-            if failed:
-                raise SystemExit(f"loading failed: {failed[0].failure.reason}")
-            done = min(pages, first + PAGES_PER_BATCH)
-            if done % 1000 == 0 or done == pages:
-                print(f"  {done:,} pages loaded ({time.perf_counter() - started:.0f} s)", flush=True)
-        conn.execute("ANALYZE")
-        conn.commit()
-        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+def load(url: str, pages: int, per_page: int, embedder) -> int:
+    return apply_pages(url, ((f"https://docs.example.com/q/{n}", page_text(n, per_page)) for n in range(pages)),
+                       embedder, (40, 0), per_batch=PAGES_PER_BATCH, report_every=1000)
 
 
 def exact(conn, space: spaces.Space, q: np.ndarray, k: int) -> list[str]:

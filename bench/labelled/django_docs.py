@@ -140,27 +140,27 @@ def check_questions(files: dict[str, str]) -> list[Question]:
             for code in codes]
 
 
-def setting_questions(files: dict[str, str]) -> list[Question]:
-    text = files["ref/settings.txt"]
+def _described(files: dict[str, str], rel: str, pattern: str, question: str, kind: str) -> list[Question]:
+    """A question for each entry ``pattern`` finds (group 1: its name) whose description opens
+    with words that hold no markup and stand once on the page: they are the marker."""
+    text = files[rel]
     out = []
-    for match in re.finditer(r"^\.\. setting:: ([A-Z_0-9]+)\n\n``\1``\n[-^~=]+\n\nDefault: [^\n]*(?:\n[^\n]+)*\n\n",
-                             text, re.MULTILINE):
+    for match in re.finditer(pattern, text, re.MULTILINE):
         marker = _first_words(_paragraph_after(text, match.end()))
         if marker and _plain(text).count(marker) == 1:
-            out.append(Question(f"What is the {match.group(1)} setting for?", url_of("ref/settings.txt"),
-                                marker, "setting"))
+            out.append(Question(question.format(match.group(1)), url_of(rel), marker, kind))
     return out
+
+
+def setting_questions(files: dict[str, str]) -> list[Question]:
+    return _described(files, "ref/settings.txt",
+                      r"^\.\. setting:: ([A-Z_0-9]+)\n\n``\1``\n[-^~=]+\n\nDefault: [^\n]*(?:\n[^\n]+)*\n\n",
+                      "What is the {} setting for?", "setting")
 
 
 def command_questions(files: dict[str, str]) -> list[Question]:
-    text = files["ref/django-admin.txt"]
-    out = []
-    for match in re.finditer(r"^\.\. django-admin:: (\w+)[^\n]*\n\n", text, re.MULTILINE):
-        marker = _first_words(_paragraph_after(text, match.end()))
-        if marker and _plain(text).count(marker) == 1:
-            out.append(Question(f"What does django-admin {match.group(1)} do?", url_of("ref/django-admin.txt"),
-                                marker, "command"))
-    return out
+    return _described(files, "ref/django-admin.txt", r"^\.\. django-admin:: (\w+)[^\n]*\n\n",
+                      "What does django-admin {} do?", "command")
 
 
 def release_questions(files: dict[str, str]) -> list[Question]:

@@ -61,16 +61,16 @@ class Progress:
 
 
 def queue_progress(conn: psycopg.Connection, window_minutes: int) -> Progress:
-    waiting, oldest = conn.execute(
-        "SELECT count(*), extract(epoch FROM now() - min(received_at)) / 60 FROM deliveries"
-        " WHERE processed_at IS NULL OR outcome IN ('queued', 'failed')"
-    ).fetchone()
+    from rag_pipeline.store.status import queue
+
+    waiting = queue(conn)
     settled = conn.execute(
         "SELECT count(*) FROM deliveries WHERE coalesce(applied_at, processed_at) >= now() - make_interval(mins => %s)"
         " AND (applied_at IS NOT NULL OR outcome IN ('skipped', 'superseded'))",
         (window_minutes,),
     ).fetchone()[0]
-    return Progress(waiting, float(oldest) if oldest is not None else None, settled)
+    return Progress(waiting["unrouted"] + waiting["queued"] + waiting["failed_retrying"] + waiting["failed_for_good"],
+                    waiting["oldest_waiting_minutes"], settled)
 
 
 def latest_page_error(conn: psycopg.Connection) -> str | None:

@@ -7,6 +7,8 @@ from datetime import datetime
 
 import psycopg
 
+from rag_pipeline.store.status import chunk_count
+
 OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded", "failed")
 
 
@@ -24,7 +26,7 @@ def snapshot(conn: psycopg.Connection, since: datetime, until: datetime) -> dict
         "   FILTER (WHERE deleted_at IS NULL AND alias_of IS NULL AND last_verified_at IS NOT NULL)"
         " FROM pages"
     ).fetchone()
-    chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    chunks = chunk_count(conn)
     vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
     outcomes = dict(conn.execute(
         "SELECT outcome, count(*) FROM deliveries WHERE outcome = ANY(%s)"

@@ -80,7 +80,8 @@ def lexical(conn: psycopg.Connection, question: str, k: int, *, config: str, per
             filters: SearchFilters = SearchFilters()) -> list[Citation]:
     """The k chunks of live pages that hold the question's words, the rarer words counting more
     (over the GIN index of `chunks.text_search`; ``config`` its text search configuration)."""
-    return _collect(lambda limit: _full(_text_scan(conn, question, config, limit, filters), limit), k, per_page)
+    terms = _terms(conn, question, config)
+    return _collect(lambda limit: _full(_text_scan(conn, terms, limit, filters), limit), k, per_page)
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,11 @@ def hybrid(conn: psycopg.Connection, space: Space, query_vector, question: str, 
     """Both lists of candidates, fused by reciprocal rank: a passage near the question in meaning
     and one holding its exact terms (an error code, a function name) both come back."""
     vec = _vector(space, query_vector)
+    terms = _terms(conn, question, config)
 
     def fused(limit: int) -> tuple[list[Citation], bool]:
         near = _scan(conn, space, vec, limit, ef_search, filters)
-        matched = _text_scan(conn, question, config, limit, filters)
+        matched = _text_scan(conn, terms, limit, filters)
         by_key = {c.key: c for c in matched} | {c.key: c for c in near}
         ranked = fuse_rrf([[(c.key, -c.distance) for c in near], [(c.key, c.score) for c in matched]],
                           [fusion.vector_weight, fusion.lexical_weight], fusion.rrf_k)
@@ -177,20 +179,31 @@ def _where(filters: SearchFilters) -> tuple[sql.Composable, dict]:
     return sql.SQL(" AND ").join(clauses), params
 
 
-def _text_scan(conn: psycopg.Connection, question: str, config: str, limit: int,
-               filters: SearchFilters) -> list[Citation]:
-    """Passages holding the question's words, ranked by the weight of the words they hold (the
-    rarer, the more: core/lexical.py), then by ts_rank_cd (more of them, closer together)."""
+@dataclass(frozen=True)
+class _Terms:
+    """A question's words as the lexical scan weighs them (read once a search, not once a scan)."""
+
+    weights: dict[str, float]
+    candidates: list[str]
+
+
+def _terms(conn: psycopg.Connection, question: str, config: str) -> _Terms:
     from rag_pipeline.store import text_search
 
     words = text_search.lexemes(conn, config, question)
-    if not words:   # stop words only
-        return []
-    shares, unlisted = text_search.common_shares(conn)
+    shares, unlisted = text_search.common_shares(conn) if words else ({}, 0.0)
     weights = term_weights(words, shares, unlisted)
+    return _Terms(weights, candidate_terms(weights, shares))
+
+
+def _text_scan(conn: psycopg.Connection, terms: _Terms, limit: int, filters: SearchFilters) -> list[Citation]:
+    """Passages holding the question's words, ranked by the weight of the words they hold (the
+    rarer, the more: core/lexical.py), then by ts_rank_cd (more of them, closer together)."""
+    if not terms.weights:   # stop words only
+        return []
     where, params = _where(filters)
-    params.update(k=limit, any=any_of(candidate_terms(weights, shares)), every=any_of(list(weights)),
-                  terms=[tsquery_term(w) for w in weights], weights=list(weights.values()))
+    params.update(k=limit, any=any_of(terms.candidates), every=any_of(list(terms.weights)),
+                  terms=[tsquery_term(w) for w in terms.weights], weights=list(terms.weights.values()))
     query = sql.SQL(
         "SELECT coalesce(p.crawl_url, p.url), c.content, c.chunk_index,"
         "       (SELECT sum(t.weight) FROM unnest(%(terms)s::tsquery[], %(weights)s::float8[]) t (term, weight)"

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import pytest
@@ -25,6 +24,7 @@ from rag_pipeline.settings import get_settings
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.servers import serve
 from rag_pipeline_tests.test_ask import BACKUPS, PAGES, QUESTION, WEBHOOKS, index_pages, tombstone
+from rag_pipeline_tests.waiting import wait_until
 
 API_TOKEN = "query-api-test-token"
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -132,47 +132,50 @@ def test_ask_without_a_chat_model_says_what_to_configure(api):
     assert "ANSWER_API_KEY" in unconfigured.json()["error"]
 
 
-def test_ask_cites_only_live_sources_and_reports_a_failing_chat_model(env, database_url):
+@pytest.fixture
+def chat(env):
+    """The loopback fake as the chat model of `/ask`."""
     with FakeOpenAI(dimensions=16, api_key="sk-chat") as fake:
         env.setenv("ANSWER_API_KEY", "sk-chat")
         env.setenv("ANSWER_BASE_URL", fake.base_url)
         env.setenv("ANSWER_MAX_RETRIES", "0")
         get_settings.cache_clear()
-        fake.script_chat("Generate a new token, update the callback, revoke the old one [1].")
-        with serve(create_app(get_settings(), database_url=database_url)) as base:
-            answered = httpx.post(f"{base}/ask", json={"question": QUESTION, "k": 3}, headers=AUTH, timeout=30)
-            assert answered.status_code == 200, answered.text
-            data = answered.json()
-            assert data["answer"].startswith("Generate a new token")
-            assert [c["url"] for c in data["citations"]] == [WEBHOOKS]
-            assert data["citations"][0]["last_verified_at"] and data["warnings"] == []
-            fake.fail_next(1, 500, endpoint="chat")
-            failed = httpx.post(f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)
-            assert failed.status_code == 502 and failed.json()["reason"] == "chat_failed"
+        yield fake
 
 
-def test_requests_beyond_the_in_flight_limit_get_503_at_once(env, database_url):
-    with FakeOpenAI(dimensions=16, api_key="sk-chat") as fake:
-        env.setenv("ANSWER_API_KEY", "sk-chat")
-        env.setenv("ANSWER_BASE_URL", fake.base_url)
-        env.setenv("QUERY_API_MAX_INFLIGHT", "1")
-        get_settings.cache_clear()
-        with serve(create_app(get_settings(), database_url=database_url)) as base:
-            fake.delay(3.0)
-            slow: dict = {}
-            asking = threading.Thread(target=lambda: slow.update(r=httpx.post(
-                f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)))
-            asking.start()
-            deadline = time.monotonic() + 10
-            while fake.requests == 0 and time.monotonic() < deadline:   # the model is answering it
-                time.sleep(0.02)
-            assert fake.requests == 1
-            busy = httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=5)
-            assert busy.status_code == 503 and busy.json()["reason"] == "busy"
-            assert busy.headers["retry-after"] == "1"
-            asking.join(timeout=20)
-            assert slow["r"].status_code == 200
-            assert httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH).status_code == 200
+def test_ask_cites_only_live_sources_and_reports_a_failing_chat_model(chat, database_url):
+    fake = chat
+    fake.script_chat("Generate a new token, update the callback, revoke the old one [1].")
+    with serve(create_app(get_settings(), database_url=database_url)) as base:
+        answered = httpx.post(f"{base}/ask", json={"question": QUESTION, "k": 3}, headers=AUTH, timeout=30)
+        assert answered.status_code == 200, answered.text
+        data = answered.json()
+        assert data["answer"].startswith("Generate a new token")
+        assert [c["url"] for c in data["citations"]] == [WEBHOOKS]
+        assert data["citations"][0]["last_verified_at"] and data["warnings"] == []
+        fake.fail_next(1, 500, endpoint="chat")
+        failed = httpx.post(f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)
+        assert failed.status_code == 502 and failed.json()["reason"] == "chat_failed"
+
+
+def test_requests_beyond_the_in_flight_limit_get_503_at_once(chat, env, database_url):
+    fake = chat
+    env.setenv("QUERY_API_MAX_INFLIGHT", "1")
+    get_settings.cache_clear()
+    with serve(create_app(get_settings(), database_url=database_url)) as base:
+        fake.delay(3.0)
+        slow: dict = {}
+        asking = threading.Thread(target=lambda: slow.update(r=httpx.post(
+            f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)))
+        asking.start()
+        wait_until(lambda: fake.requests, 10, "the chat model to get the first request")
+        assert fake.requests == 1
+        busy = httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=5)
+        assert busy.status_code == 503 and busy.json()["reason"] == "busy"
+        assert busy.headers["retry-after"] == "1"
+        asking.join(timeout=20)
+        assert slow["r"].status_code == 200
+        assert httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH).status_code == 200
 
 
 def test_serve_refuses_to_start_without_a_token(env, tmp_path):
@@ -190,15 +193,16 @@ def test_rag_pipeline_serve_answers_over_http(env):
     proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli", "serve", "--port", str(port)],
                             env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
-        while True:
+        base = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            assert proc.poll() is None, proc.stdout.read()
             try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
+                return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
             except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
-            time.sleep(0.1)
+                return False
+
+        wait_until(healthy, 60, "`rag-pipeline serve` to answer /healthz")
         hits = httpx.post(f"{base}/search", json={"question": QUESTION, "k": 3}, headers=AUTH).json()["results"]
         assert len(hits) == 3 and hits[0]["url"] == WEBHOOKS
     finally:

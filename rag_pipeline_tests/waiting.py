@@ -1,0 +1,23 @@
+"""Waiting on a condition with a deadline, never for a fixed time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], timeout_s: float, what: str, *, poll_s: float = 0.02) -> T:
+    """The first truthy value of ``condition()``; AssertionError naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        pause.wait(poll_s)
