@@ -163,12 +163,12 @@ def test_a_batch_run_that_ended_early_frees_its_pages_and_counts_a_try(stack, co
 def test_a_batch_whose_run_was_never_launched_is_freed_and_requested_again_under_a_new_key(stack, conn,
                                                                                          monkeypatch):
     base, fake, pipeline = stack
-    configure(monkeypatch, BATCH_START_GRACE_S="0.5")
+    configure(monkeypatch, BATCH_START_GRACE_S="60")
     deliver(base, url(1), page(1))
     lost = pipeline.tick(execute=False)     # leased, but its run request never reaches the daemon
     (request,) = lost.result.run_requests
     assert pipeline.tick(execute=False).partitions == []   # within the grace: the lease holds
-    conn.execute("UPDATE batches SET requested_at = now() - interval '1 second'")
+    conn.execute("UPDATE batches SET requested_at = now() - interval '61 seconds'")   # the grace passed
     again = pipeline.tick()
     (retry,) = again.result.run_requests
     assert retry.run_key != request.run_key and batch_pages(retry) == [url(1)]
