@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 import uuid
 from contextlib import contextmanager
@@ -293,7 +294,8 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the same figures).")
 def status(as_json: bool) -> None:
-    """Pages by state, the delivery queue, the last hour, overdue pages, what embedding cost and saved."""
+    """Pages by state, the delivery queue, the last hour, overdue pages, what embedding cost and
+    saved, and the checks that fail (their newest evaluation in the Dagster instance)."""
     from rag_pipeline.store import db, deliveries, pages, schedule
     from rag_pipeline.store import status as status_store
 
@@ -313,11 +315,55 @@ def status(as_json: bool) -> None:
     settings = get_settings()
     report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
                            else f"embedded at {db.embedded.pgdata_dir(settings)} ({settings.rag_home_source()})"),
-              **report}
+              **report, "checks": _check_report(settings)}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
     _print_status(report)
+
+
+def _check_report(settings) -> dict:
+    """The checks' newest evaluations, from the Dagster instance of `make run` (DAGSTER_HOME, else
+    $RAG_HOME/dagster_home), or why they cannot be read: the index's figures are shown either way."""
+    from rag_pipeline.definitions import defs
+    from rag_pipeline.defs import check_states
+
+    home = Path(os.environ.get("DAGSTER_HOME") or settings.rag_home / "dagster_home")
+    report: dict = {"instance": str(home)}
+    if not (home / "dagster.yaml").is_file():
+        return {**report, "error": "no Dagster instance there (no dagster.yaml): `make run` makes it; "
+                                   "or set DAGSTER_HOME to yours"}
+    with _dagster_storage_url(settings) as missing:
+        if missing:
+            return {**report, "error": missing}
+        try:
+            with check_states.instance_at(home) as instance:
+                states = check_states.latest(instance, defs())
+        except Exception as exc:  # an unreadable instance must not hide the index's own figures
+            return {**report, "error": f"cannot read it: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    return {**report, "failing": [s.as_dict() for s in states if s.failing],
+            "passed": sum(s.state == "passed" for s in states),
+            "not_evaluated": [s.check for s in states if s.state in ("never evaluated", "running")]}
+
+
+@contextmanager
+def _dagster_storage_url(settings):
+    """DAGSTER_POSTGRES_URL (which the project's dagster.yaml reads) for the time of the read: the
+    `dagster` database of the index's server unless set. Yields why it cannot be set, or None."""
+    from rag_pipeline.store import db
+
+    if os.environ.get("DAGSTER_POSTGRES_URL"):
+        yield None
+        return
+    url = db.server_url(settings, "dagster", create=False)
+    if not db.database_exists(url):
+        yield "its storage database `dagster` does not exist yet: `make run` creates it"
+        return
+    os.environ["DAGSTER_POSTGRES_URL"] = db.as_url(url)
+    try:
+        yield None
+    finally:
+        del os.environ["DAGSTER_POSTGRES_URL"]
 
 
 def _print_status(report: dict) -> None:
@@ -354,6 +400,20 @@ def _print_status(report: dict) -> None:
                        ("embedding requests", ever["requests"])])
     if report["overdue"]["examples"]:
         console.print("overdue, e.g.: " + ", ".join(report["overdue"]["examples"]), highlight=False)
+    checks = report["checks"]
+    if "error" in checks:
+        console.print(f"checks: {checks['instance']}: {checks['error']}", highlight=False)
+        return
+    summary = (f"checks: {len(checks['failing'])} failing, {checks['passed']} passing"
+               + (f", not evaluated yet: {', '.join(checks['not_evaluated'])}" if checks["not_evaluated"] else ""))
+    console.print(summary, highlight=False)
+    if checks["failing"]:
+        t = Table(title="failing checks", title_justify="left", box=box.SIMPLE)
+        for column in ("check", "severity", "minutes ago", "what it says"):
+            t.add_column(column)
+        for c in checks["failing"]:
+            t.add_row(c["check"], c["severity"], f"{c['minutes_ago']:g}", c["description"])
+        console.print(t)
 
 
 @main.group()
@@ -379,9 +439,12 @@ def space_list() -> None:
 
 
 @contextmanager
-def _progress(label: str, total: int, *, every: int):
+def _progress(label: str, total: int, *, every: int, show: bool = True):
     """advance(done, note): a bar with counts and ETA on a terminal (stderr); a plain line each
-    ``every`` items when not attached to one (logs, CI)."""
+    ``every`` items when not attached to one (logs, CI); nothing unless ``show`` (`--json`)."""
+    if not show:
+        yield lambda done, note="": None
+        return
     if sys.stderr.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -452,14 +515,17 @@ def backfill() -> None:
 def backfill_plan(as_json: bool) -> None:
     """Price a re-chunk of outdated pages from stored text, without calling the embedder."""
     from rag_pipeline.embedders.factory import indexing_chunk_budget
+    from rag_pipeline.core.chunking import chunker_signature
     from rag_pipeline.ingest.backfill import plan
-    from rag_pipeline.store import db, spaces
+    from rag_pipeline.store import db, pages, spaces
 
     settings = get_settings()
     with db.connection(_app_url(create=False)) as conn:
         active = spaces.active(conn)
         max_tokens, overlap_tokens = indexing_chunk_budget(settings, active)
-        result = plan(conn, active, max_tokens, overlap_tokens)
+        todo = pages.count_chunked_otherwise(conn, chunker_signature(max_tokens, overlap_tokens))
+        with _progress("pages re-chunked", todo, every=max(200, todo // 10), show=not as_json) as advance:
+            result = plan(conn, active, max_tokens, overlap_tokens, on_progress=advance)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
@@ -468,6 +534,19 @@ def backfill_plan(as_json: bool) -> None:
     click.echo(f"  tokens: {result.tokens_to_embed} to embed, {result.tokens_reused} reused")
     if result.pages:
         click.echo("  run it: turn on `rechunk_sensor` in the Dagster UI, or backfill the `rechunk` job")
+
+
+def _across_tables(estimates: dict[str, int], advance):
+    """(table, rows walked in it) → one count across the tables walked one after the other: a
+    table done counts as its estimate, or what was walked in it if more."""
+    done: dict[str, int] = {}
+
+    def tell(table: str, walked: int) -> None:
+        done[table] = walked
+        finished = sum(max(estimates.get(t, 0), n) for t, n in done.items() if t != table)
+        advance(finished + walked, table)
+
+    return tell
 
 
 @main.command()
@@ -486,8 +565,13 @@ def prune(dry_run: bool, as_json: bool) -> None:
     except ValidationError as exc:
         raise CliError("; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())) from exc
     with db.connection(_app_url(create=False)) as conn:
+        estimates = {table: n for table, n in retention.estimated_rows(conn).items() if policy.days()[table]}
+        conn.commit()
         try:
-            result = retention.prune(conn, policy, dry_run=dry_run)
+            with _progress("rows walked", sum(estimates.values()),
+                           every=max(policy.batch_size, sum(estimates.values()) // 10), show=not as_json) as advance:
+                result = retention.prune(conn, policy, dry_run=dry_run,
+                                         on_progress=_across_tables(estimates, advance))
         except retention.PruneBusy as exc:
             raise CliError(str(exc)) from exc
         except psycopg.errors.LockNotAvailable as exc:
@@ -567,18 +651,25 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
         except ValueError as exc:
             raise CliError(str(exc)) from exc
         try:
-            with click.progressbar(length=len(targets), label=f"pushing to {crawler.name}") as bar:
+            with _progress(f"pushed to {crawler.name}", len(targets), every=max(1, len(targets) // 10)) as advance:
+                done = [0]
+
+                def pushed(n: int) -> None:
+                    done[0] += n
+                    advance(done[0])
+
                 report = push_targets(conn, crawler, targets, reason="seed",
                                       concurrency=settings.crawler_push_concurrency,
                                       tombstone_recheck=rules.tombstone_recheck, drain_timeout_s=wait_s,
-                                      progress=bar.update)
+                                      progress=pushed)
         finally:
             crawler.close()
     click.echo(f"pushed {report.pushed}, failed {report.failed}")
     for error in report.errors[:20]:
         click.echo(f"  failed: {error}", err=True)
     if report.undelivered_local:
-        click.echo(f"{report.undelivered_local} page(s) still being fetched after {wait_s:.0f} s", err=True)
+        click.echo(f"{report.undelivered_local} page(s) were still being fetched after --wait {wait_s:g} s: "
+                   "their pushes count as failed and their pages fall due again", err=True)
     if report.failed:
         raise CliError(f"{report.failed} push(es) failed (recorded in the pushes table)")
 

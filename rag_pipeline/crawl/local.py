@@ -47,6 +47,7 @@ class LocalCrawler:
         self._hosts: dict[str, threading.Semaphore] = defaultdict(lambda: threading.Semaphore(per_host))
         self._hosts_lock = threading.Lock()
         self._pending = 0
+        self._waiting: set[str] = set()      # rids pushed, not fetched or given up on yet
         self._idle = threading.Condition()
         self.delivered = 0
         self.failed = 0
@@ -63,6 +64,7 @@ class LocalCrawler:
         rid = uuid.uuid4().hex
         with self._idle:
             self._pending += 1
+            self._waiting.add(rid)
         self._jobs.put((rid, url, callback_headers(url, push_id)))
         return Pushed(rid)
 
@@ -77,6 +79,9 @@ class LocalCrawler:
                 return
             rid, url, extra = job
             try:
+                with self._idle:
+                    if rid not in self._waiting:     # given up on by drain(): its push failed
+                        continue
                 with self._host(url):
                     fetched = fetch_markdown(self._fetch_client, url)
                 deliver(self._deliver_client, self.callback_url, rid, fetched, extra,
@@ -91,10 +96,13 @@ class LocalCrawler:
             finally:
                 with self._idle:
                     self._pending -= 1
+                    self._waiting.discard(rid)
                     self._idle.notify_all()
 
     def _failed(self, rid: str, reason: str) -> None:
         with self._idle:
+            if rid in self._failures:       # given up on by drain() while it was being fetched
+                return
             self.failed += 1
             self._failures[rid] = reason
             while len(self._failures) > MAX_KEPT_FAILURES:
@@ -112,8 +120,15 @@ class LocalCrawler:
                              detail={"delivered": self.delivered, "failed": self.failed})
 
     def drain(self, timeout_s: float) -> int:
+        """Wait for the fetches. Those not delivered within ``timeout_s`` are given up on: their
+        pushes fail through `delivery_failures` and their pages fall due again, since this process
+        is about to stop and would drop them (one already under way may still deliver: harmless)."""
         with self._idle:
             self._idle.wait_for(lambda: self._pending == 0, timeout=timeout_s)
+            for rid in self._waiting:
+                self._failures[rid] = f"not delivered within {timeout_s:g} s of the push; given up"
+                self.failed += 1
+            self._waiting.clear()
             return self._pending
 
     def close(self) -> None:

@@ -6,12 +6,14 @@ never calls the embedder (it only looks texts up in the vector cache).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
 from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
 from rag_pipeline.core.text import embed_hash
+from rag_pipeline.store import chunks, pages
 from rag_pipeline.store.spaces import Space
 
 
@@ -29,40 +31,25 @@ class BackfillPlan:
 
 
 def plan(conn: psycopg.Connection, space: Space | None, max_tokens: int, overlap_tokens: int,
-         *, batch: int = 200) -> BackfillPlan:
-    """Re-chunk every outdated page in memory and price it against the vector cache."""
+         *, batch: int = 200, on_progress: Callable[[int], None] | None = None) -> BackfillPlan:
+    """Re-chunk every outdated page in memory and price it against the vector cache.
+    ``on_progress(pages_done)`` is told after each page."""
     signature = chunker_signature(max_tokens, overlap_tokens)
     result = BackfillPlan(signature)
     seen: set[bytes] = set()  # a text shared by several pages is embedded once
-    with conn.cursor(name="backfill_plan") as cur:  # server-side: the corpus may not fit in memory
-        cur.itersize = batch
-        cur.execute(
-            "SELECT url, source_text FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
-            " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %s",
-            (signature,),
-        )
-        for _url, text in cur:
-            result.pages += 1
-            pieces = chunk_markdown(text or "", max_tokens=max_tokens, overlap_tokens=overlap_tokens)
-            hashes = [embed_hash(c.embed_text) for c in pieces]
-            cached = _cached(conn, space, hashes)
-            for piece, digest in zip(pieces, hashes):
-                result.chunks_total += 1
-                if digest in cached or digest in seen:
-                    result.tokens_reused += piece.token_count
-                else:
-                    seen.add(digest)
-                    result.chunks_to_embed += 1
-                    result.tokens_to_embed += piece.token_count
+    for _url, text in pages.sources_chunked_otherwise(conn, signature, itersize=batch):
+        result.pages += 1
+        pieces = chunk_markdown(text or "", max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+        hashes = [embed_hash(c.embed_text) for c in pieces]
+        cached = chunks.cached_hashes(conn, space, hashes) if space is not None and hashes else set()
+        for piece, digest in zip(pieces, hashes):
+            result.chunks_total += 1
+            if digest in cached or digest in seen:
+                result.tokens_reused += piece.token_count
+            else:
+                seen.add(digest)
+                result.chunks_to_embed += 1
+                result.tokens_to_embed += piece.token_count
+        if on_progress:
+            on_progress(result.pages)
     return result
-
-
-def _cached(conn: psycopg.Connection, space: Space | None, hashes: list[bytes]) -> set[bytes]:
-    if space is None or not hashes:
-        return set()
-    with conn.cursor() as cur:  # a second cursor beside the named one, same transaction
-        cur.execute(
-            "SELECT embed_hash FROM vectors WHERE space_id = %s AND embed_hash = ANY(%s)",
-            (space.space_id, hashes),
-        )
-        return {bytes(r[0]) for r in cur.fetchall()}

@@ -111,6 +111,24 @@ def counts(conn: psycopg.Connection) -> dict[str, int]:
     return {"indexed": row[0], "tombstoned": row[1], "pending": row[2]}
 
 
+# Live, up to date, and cut by another chunker than the given signature: what a re-chunk has to do.
+_CHUNKED_OTHERWISE = ("deleted_at IS NULL AND indexed_hash IS NOT NULL AND indexed_hash = source_hash"
+                      " AND chunker_version IS DISTINCT FROM %s")
+
+
+def count_chunked_otherwise(conn: psycopg.Connection, signature: str) -> int:
+    return conn.execute(f"SELECT count(*) FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,)).fetchone()[0]
+
+
+def sources_chunked_otherwise(conn: psycopg.Connection, signature: str, *, itersize: int = 200):
+    """(url, source_text) of those pages, read through a server-side cursor (the corpus may not fit
+    in memory); the caller holds the transaction open while it iterates."""
+    with conn.cursor(name="chunked_otherwise") as cur:
+        cur.itersize = itersize
+        cur.execute(f"SELECT url, source_text FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,))
+        yield from cur
+
+
 # -- batch leases: a page is in at most one live batch run ---------------------------------------
 
 

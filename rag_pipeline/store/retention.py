@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -121,7 +121,7 @@ class PruneResult:
 # --- deliveries -------------------------------------------------------------------------------
 
 _DELIVERY_RANGE = (
-    "SELECT max(id), coalesce(bool_or(received_at >= %(cutoff)s), false) FROM ("
+    "SELECT max(id), coalesce(bool_or(received_at >= %(cutoff)s), false), count(*) FROM ("
     " SELECT id, received_at FROM deliveries WHERE id > %(after)s ORDER BY id LIMIT %(batch)s) r"
 )
 _DELIVERY_PRUNABLE = """
@@ -141,22 +141,32 @@ _DELIVERY_PRUNABLE = """
 """
 
 
+#: Told the rows a walk has read so far, after each range.
+Progress = Callable[[int], None]
+
+
+def _nothing(walked: int) -> None:
+    pass
+
+
 def prune_deliveries(conn: psycopg.Connection, cutoff: datetime, *, push_lookback: datetime,
-                     batch_size: int, dry_run: bool = False) -> tuple[int, int]:
+                     batch_size: int, dry_run: bool = False, on_progress: Progress = _nothing) -> tuple[int, int]:
     """Delete settled deliveries received before `cutoff`; returns (rows, transactions)."""
     verb = "SELECT count(*) FROM deliveries d WHERE " if dry_run else "DELETE FROM deliveries d WHERE "
     params = {"cutoff": cutoff, "push_lookback": push_lookback, "batch": batch_size, "after": 0,
               "settled": list(SETTLED_OUTCOMES)}
-    total = batches = 0
+    total = batches = walked = 0
     while True:
         with conn.transaction():
             _short_locks(conn)
-            upto, reached_new = conn.execute(_DELIVERY_RANGE, params, prepare=False).fetchone()
+            upto, reached_new, rows = conn.execute(_DELIVERY_RANGE, params, prepare=False).fetchone()
             if upto is None:
                 break
             total += _count(conn.execute(verb + _DELIVERY_PRUNABLE, {**params, "upto": upto}, prepare=False),
                             dry_run)
         batches += 1
+        walked += rows
+        on_progress(walked)
         params["after"] = upto
         if reached_new:
             break
@@ -166,7 +176,7 @@ def prune_deliveries(conn: psycopg.Connection, cutoff: datetime, *, push_lookbac
 # --- pushes -----------------------------------------------------------------------------------
 
 _PUSH_RANGE = (
-    "SELECT max(push_id), coalesce(bool_or(pushed_at >= %(cutoff)s), false) FROM ("
+    "SELECT max(push_id), coalesce(bool_or(pushed_at >= %(cutoff)s), false), count(*) FROM ("
     " SELECT push_id, pushed_at FROM pushes WHERE push_id > %(after)s ORDER BY push_id LIMIT %(batch)s) r"
 )
 _PUSH_PRUNABLE = """
@@ -179,20 +189,22 @@ _PUSH_PRUNABLE = """
 
 
 def prune_pushes(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int,
-                 dry_run: bool = False) -> tuple[int, int]:
+                 dry_run: bool = False, on_progress: Progress = _nothing) -> tuple[int, int]:
     """Delete finished pushes made before `cutoff`; returns (rows, transactions)."""
     verb = "SELECT count(*) FROM pushes p WHERE " if dry_run else "DELETE FROM pushes p WHERE "
     params = {"cutoff": cutoff, "batch": batch_size, "after": 0}
-    total = batches = 0
+    total = batches = walked = 0
     while True:
         with conn.transaction():
             _short_locks(conn)
-            upto, reached_new = conn.execute(_PUSH_RANGE, params, prepare=False).fetchone()
+            upto, reached_new, rows = conn.execute(_PUSH_RANGE, params, prepare=False).fetchone()
             if upto is None:
                 break
             total += _count(conn.execute(verb + _PUSH_PRUNABLE, {**params, "upto": upto}, prepare=False),
                             dry_run)
         batches += 1
+        walked += rows
+        on_progress(walked)
         params["after"] = upto
         if reached_new:
             break
@@ -230,12 +242,12 @@ _VECTOR_COUNT = """
 
 
 def prune_vectors(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int,
-                  dry_run: bool = False) -> tuple[int, int, int]:
+                  dry_run: bool = False, on_progress: Progress = _nothing) -> tuple[int, int, int]:
     """Delete vectors unused since before `cutoff`, mark newly unused ones, clear the mark of ones
     used again. Returns (deleted, unused vectors kept, transactions)."""
     with conn.transaction():
         space_ids = [r[0] for r in conn.execute("SELECT space_id FROM embedding_spaces ORDER BY space_id")]
-    deleted = kept = batches = 0
+    deleted = kept = batches = walked = 0
     for space_id in space_ids:
         params = {"cutoff": cutoff, "space": space_id, "after": b"", "offset": batch_size - 1}
         while True:
@@ -258,6 +270,8 @@ def prune_vectors(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int
             deleted += gone
             if bound is None:
                 break
+            walked += batch_size        # a range up to a bound holds batch_size vectors
+            on_progress(walked)
             params["after"] = bytes(bound[0])
     return deleted, kept, batches
 
@@ -270,9 +284,22 @@ def prune_ended_batches(conn: psycopg.Connection, cutoff: datetime, *, dry_run: 
     return _count(conn.execute(verb + "ended_at < %s", (cutoff,), prepare=False), dry_run)
 
 
-def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False) -> PruneResult:
+def estimated_rows(conn: psycopg.Connection) -> dict[str, int]:
+    """The planner's row estimates of the walked tables (free; exact enough for a progress bar)."""
+    rows = conn.execute(
+        "SELECT relname, greatest(reltuples, 0)::bigint FROM pg_class"
+        " WHERE oid IN ('deliveries'::regclass, 'pushes'::regclass, 'vectors'::regclass)").fetchall()
+    return dict(rows)
+
+
+def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False,
+          on_progress: Callable[[str, int], None] | None = None) -> PruneResult:
     """Apply `policy` to deliveries, pushes and vectors. A dry run counts and changes nothing (not
-    even the unused marks of vectors). Raises PruneBusy when another prune is running."""
+    even the unused marks of vectors). Raises PruneBusy when another prune is running.
+    ``on_progress(table, rows_walked)`` is told after each range."""
+    def told(table: str) -> Progress:
+        return (lambda walked: on_progress(table, walked)) if on_progress else _nothing
+
     if conn.info.transaction_status != TransactionStatus.IDLE:
         # Inside an open transaction every batch would become a savepoint of one long transaction.
         raise RuntimeError("prune needs a connection outside any transaction: each batch commits on its own")
@@ -285,7 +312,7 @@ def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False) ->
         if policy.delivery_days:
             result.deliveries, result.batches["deliveries"] = prune_deliveries(
                 conn, now - timedelta(days=policy.delivery_days), push_lookback=push_lookback,
-                batch_size=policy.batch_size, dry_run=dry_run)
+                batch_size=policy.batch_size, dry_run=dry_run, on_progress=told("deliveries"))
             log.info("deliveries: %d %s in %d batch(es)", result.deliveries, _verb(dry_run),
                      result.batches["deliveries"])
             with conn.transaction():
@@ -294,11 +321,12 @@ def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False) ->
         if policy.push_days:
             cutoff = min(now - timedelta(days=policy.push_days), push_lookback)
             result.pushes, result.batches["pushes"] = prune_pushes(
-                conn, cutoff, batch_size=policy.batch_size, dry_run=dry_run)
+                conn, cutoff, batch_size=policy.batch_size, dry_run=dry_run, on_progress=told("pushes"))
             log.info("pushes: %d %s in %d batch(es)", result.pushes, _verb(dry_run), result.batches["pushes"])
         if policy.vector_days:
             result.vectors, result.vectors_unused, result.batches["vectors"] = prune_vectors(
-                conn, now - timedelta(days=policy.vector_days), batch_size=policy.batch_size, dry_run=dry_run)
+                conn, now - timedelta(days=policy.vector_days), batch_size=policy.batch_size, dry_run=dry_run,
+                on_progress=told("vectors"))
             log.info("vectors: %d %s in %d batch(es), %d unused kept for reuse", result.vectors,
                      _verb(dry_run), result.batches["vectors"], result.vectors_unused)
     result.seconds = round(time.monotonic() - started, 3)

@@ -50,6 +50,26 @@ def test_seed_the_sample_site_with_the_local_crawler(gate, conn, database_url, m
     assert bad.exit_code == 2 and "cannot read interval" in bad.output
 
 
+def test_seed_that_stops_waiting_fails_the_pushes_it_gave_up_on(gate, conn, database_url, monkeypatch, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("CRAWLER", "local")
+    monkeypatch.setenv("CRAWLER_CALLBACK_URL", gate.webhook_url)
+    get_settings.cache_clear()
+    with LoopbackSite() as site:
+        site.set_page("/slow", "<h1>Slow</h1><p>Takes its time.</p>", delay_s=2.0)
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text(site.url("/slow") + "\n")
+        result = CliRunner().invoke(cli, ["seed", str(seeds), "--wait", "0.2"])
+    assert result.exit_code == 1, result.output
+    assert "1 page(s) were still being fetched after --wait 0.2 s" in result.output
+    assert "Error: 1 push(es) failed" in result.output
+    # Not `pushed` with a delivery this process would never make: failed, and its page due again soon.
+    (push,) = conn.execute("SELECT result, error FROM pushes").fetchall()
+    assert push == ("failed", "not delivered within 0.2 s of the push; given up")
+    due = conn.execute("SELECT next_crawl_at - now() FROM pages").fetchone()[0]
+    assert due <= timedelta(minutes=5)
+
+
 PRICING = "https://shop.example.com/pricing"
 
 

@@ -83,6 +83,20 @@ def test_cli_prune(database_url, conn, monkeypatch):
     report = json.loads(dry.output)
     assert (report["dry_run"], report["deliveries"], report["retention_days"]["deliveries"]) == (True, 3, 14)
 
+    # Not on a terminal: plain progress lines on stderr, counted against the tables' estimates.
+    conn.execute("ANALYZE deliveries")
+    monkeypatch.setenv("PRUNE_BATCH_SIZE", "1")
+    monkeypatch.setenv("PUSH_RETENTION_DAYS", "0")
+    monkeypatch.setenv("VECTOR_RETENTION_DAYS", "0")
+    get_settings.cache_clear()
+    walked = CliRunner().invoke(cli, ["prune", "--dry-run"])
+    assert walked.exit_code == 0, walked.output
+    assert walked.stderr.splitlines() == [f"  {n} of 3 rows walked, deliveries" for n in (1, 2, 3)]
+    assert "deliveries: would delete 3" in walked.stdout
+    for name in ("PRUNE_BATCH_SIZE", "PUSH_RETENTION_DAYS", "VECTOR_RETENTION_DAYS"):
+        monkeypatch.delenv(name)
+    get_settings.cache_clear()
+
     with psycopg.connect(database_url, autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", (retention.PRUNE_LOCK_KEY,))
         busy = CliRunner().invoke(cli, ["prune"])

@@ -145,6 +145,9 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert plan["chunks_to_embed"] == 3
         assert plan["chunks_total"] == chunks_before
         assert seen == []  # the plan never calls the embedder
+        shown = CliRunner().invoke(cli, ["backfill", "plan"])      # not on a terminal: a plain last line
+        assert shown.stderr.splitlines() == ["  3 of 3 pages re-chunked"]
+        assert "3 page(s) to re-chunk" in shown.stdout
 
         sensor = pipeline.defs.resolve_sensor_def("rechunk_sensor")
         context = dg.build_sensor_context(instance=instance, resources={
