@@ -715,9 +715,11 @@ def cadence_set(url: str, every: str, register: bool) -> None:
 @cadence.command("show")
 @click.argument("url")
 def cadence_show(url: str) -> None:
-    """The cadence, next crawl and redirect of URL."""
+    """The cadence of URL and why: its estimated change rate, the observations it rests on, its
+    rule and bounds; its last and next crawl, redirect, tombstone."""
     from rag_pipeline.core.urls import InvalidURL, normalize_url
-    from rag_pipeline.crawl.cadence import describe_time, format_interval
+    from rag_pipeline.crawl.cadence import describe_time, format_interval, load_rules
+    from rag_pipeline.store import cadence as cadence_store
     from rag_pipeline.store import db, schedule
 
     try:
@@ -726,15 +728,30 @@ def cadence_show(url: str) -> None:
         raise click.BadParameter(str(exc)) from exc
     with db.connection(_app_url(create=False)) as conn:
         row = schedule.cadence_of(conn, page_url)
-    if row is None:
-        raise CliError(f"{page_url} is not registered (rag-pipeline seed FILE)")
-    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)} ({row.source or 'not assigned yet'})")
+        if row is None:
+            raise CliError(f"{page_url} is not registered (rag-pipeline seed FILE)")
+        total, changed, newest = cadence_store.observations_of(conn, page_url, 5)
+    rules = load_rules(get_settings().cadence_file)
+    rule = rules.rule_for(page_url)
+    adapts = row.source == "default" and rules.adaptive and rule.adapt
+    label = (f"{row.source}, {'adaptive' if adapts else 'fixed'}" if row.source in ("default", "seed", "manual")
+             else row.source or "not assigned yet")
+    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)} ({label})")
     click.echo(f"  last crawled {describe_time(row.last_crawled_at, row.now)}, "
                f"next crawl {describe_time(row.next_crawl_at, row.now, missing='not scheduled')}")
     if row.alias_of:
         click.echo(f"  redirects to {row.alias_of}: not recrawled")
     if row.deleted_at:
         click.echo(f"  tombstoned since {describe_time(row.deleted_at, row.now)}: re-checked slowly")
+    click.echo(f"  rule {rule.label}: every {format_interval(rule.every)}, "
+               f"{format_interval(rule.floor)}–{format_interval(rule.ceiling)}")
+    rate = "not estimated yet" if row.change_rate is None else f"{row.change_rate * 86400:.3g} changes/day estimated"
+    click.echo(f"  change rate: {rate}; observations: {total} ({changed} changed)")
+    for o in newest:
+        click.echo(f"    {describe_time(o.crawled_at, row.now)}: {'changed' if o.changed else 'unchanged'} "
+                   f"after {format_interval(timedelta(seconds=max(1, round(o.interval_s))))}")
+    if adapts and row.why:
+        click.echo(f"  why this interval: {row.why}")
 
 
 if __name__ == "__main__":

@@ -157,6 +157,12 @@ class Settings(BaseSettings):
     recrawl_interval_s: int = Field(default=60, alias="RECRAWL_INTERVAL_S", ge=1)
     cadence_file: Path | None = Field(default=None, alias="CADENCE_FILE")
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
+    # Adaptive cadence: pushes a day for all pages (unset: CADENCE_BUDGET_SHARE of what the rules'
+    # intervals would push), how often recrawl_sensor re-derives the cadences, observations per page.
+    crawl_budget_per_day: float | None = Field(default=None, alias="CRAWL_BUDGET_PER_DAY", gt=0)
+    cadence_budget_share: float = Field(default=0.4, alias="CADENCE_BUDGET_SHARE", gt=0, le=10)
+    cadence_refresh_s: float = Field(default=600.0, alias="CADENCE_REFRESH_S", ge=0)
+    cadence_history: int = Field(default=32, alias="CADENCE_HISTORY", ge=1, le=1000)
     crawler_waiting_max: int = Field(default=10_000, alias="CRAWLER_WAITING_MAX", ge=0)
 
     # The `index` asset: delivery_sensor records the index as a whole this often (Dagster plots it).

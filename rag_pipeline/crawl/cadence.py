@@ -94,11 +94,27 @@ class Rule:
     every: timedelta
     glob: str | None = None
     regex: re.Pattern | None = None
+    # The adaptive cadence stays within [min, max] (default every/4 and 4×every); adapt: false pins it.
+    min: timedelta | None = None
+    max: timedelta | None = None
+    adapt: bool = True
 
     def matches(self, url: str) -> bool:
         if self.glob is not None:
             return fnmatchcase(url, self.glob)
         return bool(self.regex and self.regex.search(url))
+
+    @property
+    def label(self) -> str:
+        return f"glob {self.glob}" if self.glob is not None else f"regex {self.regex.pattern if self.regex else ''}"
+
+    @property
+    def floor(self) -> timedelta:
+        return self.min if self.min is not None else self.every / 4
+
+    @property
+    def ceiling(self) -> timedelta:
+        return self.max if self.max is not None else self.every * 4
 
 
 @dataclass(frozen=True)
@@ -106,12 +122,18 @@ class CadenceRules:
     default: timedelta
     tombstone_recheck: timedelta
     rules: tuple[Rule, ...] = ()
+    default_min: timedelta | None = None
+    default_max: timedelta | None = None
+    adaptive: bool = True          # off: every page keeps its rule's interval, as before
 
-    def every_for(self, normalized_url: str) -> timedelta:
+    def rule_for(self, normalized_url: str) -> Rule:
         for rule in self.rules:
             if rule.matches(normalized_url):
-                return rule.every
-        return self.default
+                return rule
+        return Rule(self.default, glob="*", min=self.default_min, max=self.default_max)
+
+    def every_for(self, normalized_url: str) -> timedelta:
+        return self.rule_for(normalized_url).every
 
 
 def load_rules(path: Path | None = None) -> CadenceRules:
@@ -124,19 +146,46 @@ def load_rules(path: Path | None = None) -> CadenceRules:
     for n, item in enumerate(data.get("rules") or [], 1):
         if not isinstance(item, dict) or "every" not in item or ("glob" in item) == ("regex" in item):
             raise CadenceError(f"{path}: rule {n} needs `every` and exactly one of `glob` or `regex`")
-        if "glob" in item:
-            rules.append(Rule(parse_interval(str(item["every"])), glob=str(item["glob"])))
-        else:
-            try:
-                pattern = re.compile(str(item["regex"]))
-            except re.error as exc:
-                raise CadenceError(f"{path}: rule {n}: bad regex: {exc}") from exc
-            rules.append(Rule(parse_interval(str(item["every"])), regex=pattern))
-    return CadenceRules(
+        unknown = set(item) - {"glob", "regex", "every", "min", "max", "adapt"}
+        if unknown:
+            raise CadenceError(f"{path}: rule {n}: unknown key(s) {', '.join(sorted(unknown))} "
+                               "(a rule has glob or regex, every, and optionally min, max, adapt)")
+        bounds = {k: parse_interval(str(item[k])) for k in ("min", "max") if k in item}
+        kind = {"glob": str(item["glob"])} if "glob" in item else {"regex": _regex(item["regex"], path, n)}
+        rule = Rule(parse_interval(str(item["every"])), **kind, **bounds, adapt=_flag(item, "adapt", path, n))
+        _check_bounds(rule, f"{path}: rule {n}")
+        rules.append(rule)
+    loaded = CadenceRules(
         default=parse_interval(str(data.get("default", "7d"))),
         tombstone_recheck=parse_interval(str(data.get("tombstone_recheck", "30d"))),
         rules=tuple(rules),
+        default_min=parse_interval(str(data["default_min"])) if "default_min" in data else None,
+        default_max=parse_interval(str(data["default_max"])) if "default_max" in data else None,
+        adaptive=_flag(data, "adaptive", path, None),
     )
+    _check_bounds(loaded.rule_for(""), f"{path}: default")
+    return loaded
+
+
+def _regex(text, path: Path, n: int) -> re.Pattern:
+    try:
+        return re.compile(str(text))
+    except re.error as exc:
+        raise CadenceError(f"{path}: rule {n}: bad regex: {exc}") from exc
+
+
+def _flag(item: dict, key: str, path: Path, n: int | None) -> bool:
+    value = item.get(key, True)
+    if not isinstance(value, bool):
+        where = f"rule {n}: " if n is not None else ""
+        raise CadenceError(f"{path}: {where}`{key}` must be true or false, not {value!r}")
+    return value
+
+
+def _check_bounds(rule: Rule, where: str) -> None:
+    if not rule.floor <= rule.every <= rule.ceiling:
+        raise CadenceError(f"{where}: needs min <= every <= max, not min {format_interval(rule.floor)}, "
+                           f"every {format_interval(rule.every)}, max {format_interval(rule.ceiling)}")
 
 
 @dataclass(frozen=True)

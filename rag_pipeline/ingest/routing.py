@@ -144,7 +144,7 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
 
     if verdict is Verdict.TOMBSTONE:
         pages.tombstone(conn, pid, page_url, delivery.id, delivery.original_status)
-        pages.note_crawl(conn, pid, crawled_at)
+        pages.note_crawl(conn, pid, crawled_at, pages.GONE)
         deliveries.supersede_older(conn, page_url, delivery.id)
         deliveries.mark(conn, delivery.id, "deleted", page_url=page_url, crawled_at=crawled_at)
         return "deleted"
@@ -162,14 +162,14 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
             # A failed run left a newer source the site has since reverted: the newest crawl wins.
             pages.set_source(conn, pid, text, digest, delivery.id, delivery.original_status)
         pages.stamp_verified(conn, pid, delivery.id, delivery.original_status)
-        pages.note_crawl(conn, pid, crawled_at)
+        pages.note_crawl(conn, pid, crawled_at, digest)
         deliveries.supersede_older(conn, page_url, delivery.id)  # a failed one awaiting its retry
         deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url, crawled_at=crawled_at)
         return "unchanged"
 
     if page is None:
         pages.ensure(conn, pid, page_url, delivery.url)
-    pages.note_crawl(conn, pid, crawled_at)
+    pages.note_crawl(conn, pid, crawled_at, digest)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
     deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, crawled_at=crawled_at)
     result.queued.append(QueuedPage(page_url, delivery.id))

@@ -56,10 +56,23 @@ def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | N
     )
 
 
-def note_crawl(conn: psycopg.Connection, page_id: UUID, crawled_at: datetime) -> None:
-    """The newest crawl routed for the page (deliveries of older crawls are history from now on)."""
-    conn.execute("UPDATE pages SET newest_crawl_at = greatest(newest_crawl_at, %s) WHERE page_id = %s",
-                 (crawled_at, page_id))
+#: The content hash a tombstoned crawl is observed with: gone differs from any text.
+GONE = "gone"
+
+
+def note_crawl(conn: psycopg.Connection, page_id: UUID, crawled_at: datetime, content_hash: str) -> None:
+    """The newest crawl routed for the page (deliveries of older crawls are history from now on),
+    and what it observed for the change-rate estimate: whether the content differs from the
+    previous crawl's, over the interval since it. The caller has ruled out older crawls."""
+    conn.execute(
+        "WITH previous AS (SELECT newest_crawl_at, crawl_hash FROM pages WHERE page_id = %(id)s),"
+        " observed AS (INSERT INTO crawl_observations (page_id, crawled_at, interval_s, changed)"
+        "   SELECT %(id)s, %(at)s, extract(epoch FROM %(at)s - newest_crawl_at), crawl_hash <> %(hash)s"
+        "   FROM previous WHERE crawl_hash IS NOT NULL AND newest_crawl_at < %(at)s"
+        "   ON CONFLICT DO NOTHING)"
+        " UPDATE pages SET newest_crawl_at = greatest(newest_crawl_at, %(at)s), crawl_hash = %(hash)s"
+        " WHERE page_id = %(id)s",
+        {"id": page_id, "at": crawled_at, "hash": content_hash})
 
 
 def stamp_verified(conn: psycopg.Connection, page_id: UUID, delivery_id: int,

@@ -42,6 +42,8 @@ class Cadence:
     alias_of: str | None
     deleted_at: datetime | None
     now: datetime
+    change_rate: float | None = None     # estimated changes per second (adaptive cadence)
+    why: str | None = None               # how the adaptive cadence derived recrawl_every
 
 
 def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
@@ -93,8 +95,8 @@ def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timede
 
 def cadence_of(conn: psycopg.Connection, page_url: str) -> Cadence | None:
     row = conn.execute(
-        "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at, now()"
-        " FROM pages WHERE url = %s", (page_url,),
+        "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at, now(),"
+        " change_rate, cadence_why FROM pages WHERE url = %s", (page_url,),
     ).fetchone()
     return Cadence(*row) if row else None
 

@@ -102,6 +102,11 @@ def hybrid(conn: psycopg.Connection, space: Space, query_vector, question: str, 
     def fused(limit: int) -> tuple[list[Citation], bool]:
         near = _scan(conn, space, vec, limit, ef_search, filters)
         matched = _text_scan(conn, terms, limit, filters)
+        # A passage holding the words but cut from the vector candidates (by the limit, or among a
+        # tie the scan broke arbitrarily) is ranked by its own distance, not left out of that list.
+        seen = {c.key for c in near}
+        near = sorted(near + _distances(conn, space, vec, [c for c in matched if c.key not in seen]),
+                      key=lambda c: c.distance)
         by_key = {c.key: c for c in matched} | {c.key: c for c in near}
         ranked = fuse_rrf([[(c.key, -c.distance) for c in near], [(c.key, c.score) for c in matched]],
                           [fusion.vector_weight, fusion.lexical_weight], fusion.rrf_k)
@@ -161,6 +166,24 @@ def _scan(conn: psycopg.Connection, space: Space, vec: np.ndarray, limit: int, e
                  distance=float(r[3]), last_verified_at=r[4], last_changed_at=r[5])
         for r in rows
     ]
+
+
+def _distances(conn: psycopg.Connection, space: Space, vec: np.ndarray, hits: list[Citation]) -> list[Citation]:
+    """The hits again, each with its exact distance to the question in the space."""
+    if not hits:
+        return []
+    query = sql.SQL(
+        "SELECT p.url, c.chunk_index, v.embedding{cast} <=> %(q)s{cast}"
+        " FROM unnest(%(urls)s::text[], %(idx)s::int[]) AS h (url, chunk_index)"
+        " JOIN pages p ON p.url = h.url JOIN chunks c ON c.page_id = p.page_id AND c.chunk_index = h.chunk_index"
+        " JOIN {table} v ON v.chunk_id = c.chunk_id"
+    ).format(cast=space.cast(), table=space.table())
+    with conn.transaction():
+        rows = conn.execute(query, {"q": vec, "urls": [h.page_url for h in hits],
+                                    "idx": [h.chunk_index for h in hits]}).fetchall()
+    found = {(url, index): float(distance) for url, index, distance in rows}
+    return [replace(h, distance=found[(h.page_url, h.chunk_index)]) for h in hits
+            if (h.page_url, h.chunk_index) in found]
 
 
 def _where(filters: SearchFilters) -> tuple[sql.Composable, dict]:

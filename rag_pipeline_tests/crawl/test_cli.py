@@ -41,11 +41,11 @@ def test_seed_the_sample_site_with_the_local_crawler(gate, conn, database_url, m
     result = CliRunner().invoke(cli, ["cadence", "set", site.url("/pricing"), "6h"])
     assert result.exit_code == 0 and f"{page}: every 6h" in result.output
     result = CliRunner().invoke(cli, ["cadence", "show", site.url("/pricing")])
-    assert "every 6h (manual)" in result.output
+    assert "every 6h (manual, fixed)" in result.output
     # A seed without every= never overrides a cadence set by hand.
     seeds.write_text(site.url("/pricing") + "\n")
     assert CliRunner().invoke(cli, ["seed", str(seeds), "--no-push"]).exit_code == 0
-    assert "every 6h (manual)" in CliRunner().invoke(cli, ["cadence", "show", site.url("/pricing")]).output
+    assert "every 6h (manual, fixed)" in CliRunner().invoke(cli, ["cadence", "show", site.url("/pricing")]).output
     bad = CliRunner().invoke(cli, ["cadence", "set", site.url("/pricing"), "often"])
     assert bad.exit_code == 2 and "cannot read interval" in bad.output
 
@@ -141,7 +141,7 @@ def test_cadence_show_prints_readable_times(database_url, conn, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "None" not in result.output
     lines = result.output.splitlines()
-    assert lines[0] == f"{PRICING}: every 1h (seed)"
+    assert lines[0] == f"{PRICING}: every 1h (seed, fixed)"
     assert re.fullmatch(r"  last crawled never, next crawl \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((now|\d+s ago)\)",
                         lines[1]), lines[1]
     conn.execute("UPDATE pages SET last_crawled_at = now() - interval '2 hours',"

@@ -2,11 +2,13 @@
 as check results on `pages`, so a paused crawler shows as a failed check in the UI."""
 
 import json
+import time
 import uuid
 from datetime import timedelta
 
 import dagster as dg
 
+from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence import load_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import push_job, push_run_config
@@ -26,30 +28,39 @@ CLAIM_LEASE = timedelta(minutes=10)
     description=(
         "Pushes the pages whose next_crawl_at has passed (each page by its own recrawl_every), "
         "RECRAWL_BATCH_SIZE per tick, as one run of the `push` job. Pages first seen through a "
-        "delivery get their cadence from cadence.yaml here."
+        "delivery get their cadence from cadence.yaml here; every CADENCE_REFRESH_S each adaptable "
+        "page's cadence is derived again from its estimated change rate and the crawl budget."
     ),
 )
 def recrawl_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
                    crawler: CrawlerResource) -> dg.SensorResult:
     settings = crawler.settings()
     rules = load_rules(settings.cadence_file)
+    refreshed_at = float(context.cursor or 0)
+    now = time.time()
     with postgres.connect() as conn:
         with conn.transaction():
             expired = pushes.expire_pending(conn)
             assigned = schedule.assign_defaults(conn, rules.every_for, settings.recrawl_batch_size)
+        if now - refreshed_at >= settings.cadence_refresh_s:
+            with conn.transaction():
+                context.log.info(adaptive.refresh(conn, rules, settings, CLAIM_LEASE).summary())
+            refreshed_at = now
+        with conn.transaction():
             due = schedule.claim_due(conn, settings.recrawl_batch_size, CLAIM_LEASE,
                                      rules.tombstone_recheck)
     if expired:
         context.log.warning(f"{expired} push(es) left pending by a push run that died: marked failed")
+    cursor = str(refreshed_at)
     if not due:
         return dg.SensorResult(skip_reason=dg.SkipReason(
-            f"no page due ({assigned} new page(s) given a cadence)"))
+            f"no page due ({assigned} new page(s) given a cadence)"), cursor=cursor)
     urls = [t.page_url for t in due]
     return dg.SensorResult(run_requests=[dg.RunRequest(
         run_key=f"recrawl-{uuid.uuid4().hex[:12]}",
         run_config=push_run_config(urls, "schedule", [t.due_at for t in due]),
         tags={"rag/reason": "schedule", "rag/pages": str(len(urls))},
-    )])
+    )], cursor=cursor)
 
 
 @dg.sensor(

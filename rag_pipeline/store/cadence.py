@@ -1,0 +1,87 @@
+"""What the adaptive cadence reads and writes: crawl observations and each page's derived cadence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import psycopg
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A live page on the recrawl schedule, with its newest observations (newest first)."""
+    page_id: UUID
+    url: str
+    source: str                    # default (adaptable), seed, manual
+    every: timedelta
+    change_rate: float | None
+    intervals_s: list[float]
+    changed: list[bool]
+
+
+def scheduled_pages(conn: psycopg.Connection, history: int) -> list[Scheduled]:
+    """Every live page the recrawl sensor schedules (not aliases, not tombstones), each with its
+    ``history`` newest observations. One query; at 100k pages a few seconds, once per refresh."""
+    rows = conn.execute(
+        "SELECT p.page_id, p.url, p.cadence_source, p.recrawl_every, p.change_rate,"
+        "       coalesce(o.intervals, '{}'), coalesce(o.changed, '{}')"
+        " FROM pages p LEFT JOIN LATERAL ("
+        "   SELECT array_agg(interval_s ORDER BY crawled_at DESC) AS intervals,"
+        "          array_agg(changed ORDER BY crawled_at DESC) AS changed"
+        "   FROM (SELECT interval_s, changed, crawled_at FROM crawl_observations c"
+        "         WHERE c.page_id = p.page_id ORDER BY crawled_at DESC LIMIT %s) newest) o ON true"
+        " WHERE p.alias_of IS NULL AND p.deleted_at IS NULL AND p.cadence_source IS NOT NULL"
+        "   AND p.recrawl_every IS NOT NULL",
+        (history,),
+    ).fetchall()
+    return [Scheduled(*r) for r in rows]
+
+
+def set_cadences(conn: psycopg.Connection, updates: Sequence[tuple[UUID, float, float, str]],
+                 leased_within: timedelta) -> int:
+    """(page_id, interval_s, change_rate, why) for adaptable pages: the next crawl moves to the last
+    crawl + the new interval (not before now). A page claimed for a push whose result is not recorded
+    yet (next crawl within ``leased_within``) keeps its slot: its push run reschedules it."""
+    if not updates:
+        return 0
+    return conn.execute(
+        "UPDATE pages p SET recrawl_every = make_interval(secs => u.every_s), change_rate = u.rate,"
+        "   cadence_why = u.why, cadence_updated_at = now(),"
+        "   next_crawl_at = CASE WHEN p.next_crawl_at > now() + %s"
+        "     THEN greatest(now(), coalesce(p.last_crawled_at, p.first_seen_at) + make_interval(secs => u.every_s))"
+        "     ELSE p.next_crawl_at END"
+        " FROM unnest(%s::uuid[], %s::float8[], %s::float8[], %s::text[]) AS u(page_id, every_s, rate, why)"
+        " WHERE p.page_id = u.page_id AND p.cadence_source = 'default'",
+        (leased_within, [u[0] for u in updates], [u[1] for u in updates], [u[2] for u in updates],
+         [u[3] for u in updates]),
+    ).rowcount
+
+
+def record_estimates(conn: psycopg.Connection, estimates: Sequence[tuple[UUID, float]]) -> None:
+    """The change rate of pages whose cadence is fixed (shown by cadence show, and priors)."""
+    if estimates:
+        conn.execute(
+            "UPDATE pages p SET change_rate = u.rate, cadence_updated_at = now()"
+            " FROM unnest(%s::uuid[], %s::float8[]) AS u(page_id, rate) WHERE p.page_id = u.page_id",
+            ([e[0] for e in estimates], [e[1] for e in estimates]))
+
+
+@dataclass(frozen=True)
+class Observed:
+    crawled_at: datetime
+    interval_s: float
+    changed: bool
+
+
+def observations_of(conn: psycopg.Connection, page_url: str, limit: int) -> tuple[int, int, list[Observed]]:
+    """(observations, of which changed, the newest ``limit``) of a page, for cadence show."""
+    total, changed = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE changed) FROM crawl_observations c JOIN pages p USING (page_id)"
+        " WHERE p.url = %s", (page_url,)).fetchone()
+    rows = conn.execute(
+        "SELECT c.crawled_at, c.interval_s, c.changed FROM crawl_observations c JOIN pages p USING (page_id)"
+        " WHERE p.url = %s ORDER BY c.crawled_at DESC LIMIT %s", (page_url, limit)).fetchall()
+    return total, changed, [Observed(*r) for r in rows]
