@@ -684,16 +684,19 @@ def cadence() -> None:
 @click.argument("every")
 @click.option("--register", is_flag=True, help="Add URL if it is not registered yet (due at the next tick).")
 def cadence_set(url: str, every: str, register: bool) -> None:
-    """Recrawl URL every EVERY (1m, 15m, 6h, 1d, 2w, 1h30m; at least RECRAWL_INTERVAL_S)."""
+    """Recrawl URL every EVERY (1m, 15m, 6h, 1d, 2w, 1h30m; at least RECRAWL_INTERVAL_S): fixed,
+    never adapted. EVERY `auto` gives the page back to its rule and the adaptive cadence."""
     from datetime import timedelta
 
     from rag_pipeline.core.urls import InvalidURL, normalize_url
-    from rag_pipeline.crawl.cadence import CadenceError, check_honourable, format_interval, parse_interval
+    from rag_pipeline.crawl.cadence import (CadenceError, check_honourable, format_interval, load_rules,
+                                            parse_interval)
     from rag_pipeline.store import db, schedule
 
+    auto = every.strip().lower() == "auto"
     try:
-        interval = parse_interval(every)
         page_url = normalize_url(url)
+        interval = load_rules(get_settings().cadence_file).every_for(page_url) if auto else parse_interval(every)
     except (CadenceError, InvalidURL) as exc:
         raise click.BadParameter(str(exc)) from exc
     try:
@@ -702,14 +705,16 @@ def cadence_set(url: str, every: str, register: bool) -> None:
         raise CliError(f"{exc} (or lower RECRAWL_INTERVAL_S)") from exc
     with db.connection(_app_url()) as conn:
         with conn.transaction():
-            row = schedule.set_cadence(conn, url, page_url, interval, register=register)
+            row = schedule.set_cadence(conn, url, page_url, interval, register=register,
+                                       source="default" if auto else "manual")
     if row is None:
         raise CliError(f"{page_url} is not registered: check the URL, or add it with --register")
     if row.alias_of:
         raise CliError(f"{page_url} redirects to {row.alias_of} and is not recrawled: set the cadence there "
                        f"(rag-pipeline cadence set {row.alias_of} {format_interval(interval)})")
     added = " (registered, first crawl at the next recrawl tick)" if row.created else ""
-    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)}{added}")
+    adapts = "; adaptive from the next cadence refresh (CADENCE_REFRESH_S)" if auto else ""
+    click.echo(f"{page_url}: every {format_interval(row.recrawl_every)}{added}{adapts}")
 
 
 @cadence.command("show")

@@ -13,3 +13,13 @@ CREATE TABLE crawl_observations (
     changed boolean NOT NULL,
     PRIMARY KEY (page_id, crawled_at)
 );
+
+-- The newest allocation of the crawl budget (one row), for the `index` asset and `status`.
+CREATE TABLE crawl_budget (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    refreshed_at timestamptz NOT NULL,
+    budget_per_day double precision NOT NULL,
+    planned_per_day double precision NOT NULL,
+    adaptive_pages integer NOT NULL,
+    note text NOT NULL DEFAULT ''
+);

@@ -88,4 +88,5 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
     rewritten = cadence.set_cadences(conn, updates, leased_within)
     cadence.record_estimates(conn, [(pages[i].page_id, float(rates[i])) for i in np.flatnonzero(~adaptable)])
     planned = fixed_spend + plan.pushes_per_day()
+    cadence.record_budget(conn, budget, planned, len(idx), plan.note)
     return Refreshed(len(pages), len(idx), rewritten, budget, planned, plan.note)

@@ -85,3 +85,35 @@ def observations_of(conn: psycopg.Connection, page_url: str, limit: int) -> tupl
         "SELECT c.crawled_at, c.interval_s, c.changed FROM crawl_observations c JOIN pages p USING (page_id)"
         " WHERE p.url = %s ORDER BY c.crawled_at DESC LIMIT %s", (page_url, limit)).fetchall()
     return total, changed, [Observed(*r) for r in rows]
+
+
+def record_budget(conn: psycopg.Connection, budget_per_day: float, planned_per_day: float,
+                  adaptive_pages: int, note: str) -> None:
+    conn.execute(
+        "INSERT INTO crawl_budget (refreshed_at, budget_per_day, planned_per_day, adaptive_pages, note)"
+        " VALUES (now(), %s, %s, %s, %s) ON CONFLICT (only_row) DO UPDATE SET refreshed_at = now(),"
+        " budget_per_day = excluded.budget_per_day, planned_per_day = excluded.planned_per_day,"
+        " adaptive_pages = excluded.adaptive_pages, note = excluded.note",
+        (budget_per_day, planned_per_day, adaptive_pages, note))
+
+
+def schedule_figures(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, float | int]:
+    """The recrawl schedule for the `index` asset: spread of estimated change rates and of
+    cadences over the live pages, pushes planned a day and made in the period, the budget."""
+    rates, everies, planned = conn.execute(
+        "SELECT percentile_cont(ARRAY[0.1, 0.5, 0.9]) WITHIN GROUP (ORDER BY change_rate * 86400)"
+        "         FILTER (WHERE change_rate IS NOT NULL),"
+        "       percentile_cont(ARRAY[0.1, 0.5, 0.9]) WITHIN GROUP (ORDER BY extract(epoch FROM recrawl_every) / 3600),"
+        "       coalesce(sum(86400 / nullif(extract(epoch FROM recrawl_every), 0)), 0)"
+        " FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL AND recrawl_every IS NOT NULL"
+    ).fetchone()
+    rates, everies = rates or [0.0] * 3, everies or [0.0] * 3
+    pushed = conn.execute("SELECT count(*) FROM pushes WHERE pushed_at >= %s AND pushed_at < %s",
+                          (since, until)).fetchone()[0]
+    budget = conn.execute("SELECT budget_per_day FROM crawl_budget").fetchone()
+    figures: dict[str, float | int] = {}
+    for name, values, digits in (("change_rate_{}_per_day", rates, 4), ("cadence_{}_hours", everies, 2)):
+        for q, value in zip(("p10", "p50", "p90"), values):
+            figures[name.format(q)] = round(float(value), digits)
+    return {**figures, "pushes_planned_per_day": round(float(planned), 1), "pushes_in_period": pushed,
+            "crawl_budget_per_day": round(float(budget[0]), 1) if budget else 0.0}

@@ -67,7 +67,7 @@ def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta
 
 
 def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
-                register: bool = False) -> Registered | None:
+                register: bool = False, source: str = "manual") -> Registered | None:
     """`rag-pipeline cadence set`: the next crawl moves to last crawl + the new interval (a page
     never crawled keeps its earlier slot: due now, or leased while its first push is in flight).
     An alias is returned untouched (its target is what gets crawled); an unknown page is None
@@ -82,13 +82,13 @@ def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timede
         return Registered(*current)
     row = conn.execute(
         "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
-        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, 'manual', now())"
+        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now())"
         " ON CONFLICT (page_id) DO UPDATE SET recrawl_every = excluded.recrawl_every,"
-        "   cadence_source = 'manual',"
+        "   cadence_source = excluded.cadence_source,"
         "   next_crawl_at = coalesce(pages.last_crawled_at + excluded.recrawl_every,"
         "     least(pages.next_crawl_at, now() + excluded.recrawl_every))"
         " RETURNING url, coalesce(crawl_url, url), recrawl_every, alias_of",
-        {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every},
+        {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every, "source": source},
     ).fetchone()
     return Registered(*row, created=current is None)
 

@@ -6,11 +6,12 @@ due, its previous crawl an hour older), so the estimator sees hourly crawls in s
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
+from rag_pipeline.defs.index.index_view import snapshot_event
 from rag_pipeline.settings import get_settings
 from rag_pipeline_tests.crawl.conftest import make_sim
 from rag_pipeline_tests.crawl.test_recrawl_e2e import Crawl, html
@@ -71,6 +72,16 @@ def test_recrawl_sensor_crawls_what_changes_and_spares_what_does_not(gate, site,
     assert (pinned_every, pinned_source) == (timedelta(hours=1), "seed")   # set by hand: never adapted
     due = dict(conn.execute("SELECT url, next_crawl_at - last_crawled_at FROM pages"))
     assert due[key[static[0]]] == rows[key[static[0]]][0]                 # the schedule follows
+
+    # The `index` asset's metadata plots the schedule: the spread of rates and cadences, the budget.
+    since = conn.execute("SELECT min(pushed_at) FROM pushes").fetchone()[0]
+    event = snapshot_event(conn, get_settings(), since, datetime.now(UTC))
+    figures = {name: value.value for name, value in event.metadata.items()}
+    assert figures["crawl_budget_per_day"] == 200 and figures["pushes_in_period"] == 11 * (ROUNDS + 1)
+    assert figures["cadence_p90_hours"] <= 2 and figures["cadence_p10_hours"] <= 1 < figures["cadence_p50_hours"]
+    assert figures["change_rate_p90_per_day"] > figures["change_rate_p10_per_day"] > 0
+    planned = sum(timedelta(days=1) / every for every, _, _ in rows.values())
+    assert abs(figures["pushes_planned_per_day"] - planned) < 0.2
 
     shown = CliRunner().invoke(cli, ["cadence", "show", site.url("/busy")])
     assert shown.exit_code == 0, shown.output

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import index_view, schedule
+from rag_pipeline.store import cadence, index_view, schedule
 
 INDEX = dg.AssetKey("index")
 
@@ -23,12 +23,14 @@ index_asset = dg.AssetSpec(
     kinds={"postgres"},
     description="The index as a whole, recorded every INDEX_SNAPSHOT_EVERY_S by delivery_sensor: live and "
                 "tombstoned pages, aliases, chunks, cached vectors; each period's deliveries by outcome, tokens "
-                "embedded and avoided (hash gate, vector reuse), estimated cost and saving; freshness.",
+                "embedded and avoided (hash gate, vector reuse), estimated cost and saving; freshness; the recrawl "
+                "schedule (spread of estimated change rates and cadences, pushes planned a day and made, the "
+                "crawl budget).",
 )
 
 
 def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> dg.AssetMaterialization:
-    figures = index_view.snapshot(conn, since, now)
+    figures = {**index_view.snapshot(conn, since, now), **cadence.schedule_figures(conn, since, now)}
     overdue, _ = schedule.overdue(conn)
     price = settings.resolved_embedding_price()
     avoided = figures["tokens_avoided_by_hash_gate"] + figures["tokens_avoided_by_reuse"]
