@@ -33,19 +33,20 @@ class Commands(click.Group):
             raise CliError(str(exc)) from exc
 
 
-def _app_url(*, create: bool = True) -> str:
-    """The index's URL, its schema brought up to date. `create=False` (every read command):
-    a missing embedded database or `rag` database is an error saying where it looked."""
+def _app_url() -> str:
+    """The index's URL, its schema checked and never changed (`rag-pipeline db migrate` is the one
+    step that migrates). A missing embedded server, database or schema is an error saying where it
+    looked and what to run: a command must never answer from an index it just made."""
     from rag_pipeline.store import db
 
     settings = get_settings()
-    url = db.server_url(settings, create=create)
-    if not create and not db.database_exists(url):
+    url = db.server_url(settings, create=False)
+    if not db.database_exists(url):
         where = (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
                  else f"the embedded server at {db.embedded.pgdata_dir(settings)} ({db.describe_home(settings)})")
         raise db.NoDatabase(f"no index database on {where}: create it with `rag-pipeline db migrate` "
                             f"(or `make run`), or point DATABASE_URL or RAG_HOME at your index")
-    db.prepare(url)
+    db.require_current(url)
     return url
 
 
@@ -61,8 +62,13 @@ def db_group() -> None:
 
 @db_group.command("start")
 def db_start() -> None:
-    """Start the embedded server (checked by `db doctor` the first time) and print the index's URL."""
-    click.echo(_app_url())
+    """Start the embedded server (checked by `db doctor` the first time) and print the index's URL
+    (its database created if missing; `db migrate` gives it its schema)."""
+    from rag_pipeline.store import db
+
+    url = db.server_url(get_settings())
+    db.ensure_database(url)
+    click.echo(url)
 
 
 @db_group.command("stop")
@@ -159,7 +165,7 @@ def webhook(host: str, port: int, workers: int | None) -> None:
 
     url = db.server_url(settings)
     try:
-        db.prepare(url)  # once, before the workers start (they would race on a fresh server)
+        db.require_current(url)
     except db.DatabaseError as exc:
         if not isinstance(exc.__cause__, psycopg.OperationalError):
             raise
@@ -215,7 +221,7 @@ def serve(host: str, port: int, workers: int) -> None:
         raise CliError(f"QUERY_API_TOKEN is not set and {settings.rag_home / 'query_api_token'} does not exist "
                        "(set QUERY_API_ALLOW_NO_TOKEN=1 to run without one)")
     try:
-        _app_url(create=False)   # the index must exist; its schema is brought up to date once here
+        _app_url()   # the index must exist, its schema current
     except db.DatabaseError as exc:
         if not isinstance(exc.__cause__, psycopg.OperationalError):
             raise
@@ -239,7 +245,7 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     filters = _filters(max_age, changed_since, sites)
-    url = _app_url(create=False)
+    url = _app_url()
     with db.connection(url) as conn:
         try:
             hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
@@ -280,7 +286,7 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
     except (answers.NotConfigured, ChatError) as exc:
         raise CliError(str(exc)) from exc
     try:
-        with db.connection(_app_url(create=False)) as conn:
+        with db.connection(_app_url()) as conn:
             result = answers.answer(conn, settings, question, k, chat, filters=filters, mode=mode)
     except (RetrievalError, ChatError) as exc:
         raise CliError(str(exc)) from exc
@@ -299,7 +305,7 @@ def status(as_json: bool) -> None:
     from rag_pipeline.store import db, deliveries, pages, schedule
     from rag_pipeline.store import status as status_store
 
-    url = _app_url(create=False)
+    url = _app_url()
     with db.connection(url) as conn:
         overdue, examples = schedule.overdue(conn)
         report = {
@@ -427,7 +433,7 @@ def space_list() -> None:
     from rag_pipeline.store import chunks as chunk_store
     from rag_pipeline.store import db, space_vectors, spaces
 
-    with db.connection(_app_url(create=False)) as conn:
+    with db.connection(_app_url()) as conn:
         for s in spaces.list_all(conn):
             cached = chunk_store.cached_count(conn, s)
             live = space_vectors.live_count(conn, s) if s.status != "retired" else None
@@ -474,7 +480,7 @@ def space_build() -> None:
 
     settings = get_settings()
     embedder = make_embedder(settings)
-    with db.connection(_app_url(create=False)) as conn:
+    with db.connection(_app_url()) as conn:
         total = chunk_count(conn)
         conn.commit()
         with _progress("chunks walked", total, every=20 * WALK_PAGE) as advance:
@@ -497,7 +503,7 @@ def space_activate() -> None:
     from rag_pipeline.store import db
 
     embedder = make_embedder(get_settings())
-    with db.connection(_app_url(create=False)) as conn:
+    with db.connection(_app_url()) as conn:
         try:
             active = activate(conn, embedder)
         except ModelSwitchError as exc:
@@ -520,7 +526,7 @@ def backfill_plan(as_json: bool) -> None:
     from rag_pipeline.store import db, pages, spaces
 
     settings = get_settings()
-    with db.connection(_app_url(create=False)) as conn:
+    with db.connection(_app_url()) as conn:
         active = spaces.active(conn)
         max_tokens, overlap_tokens = indexing_chunk_budget(settings, active)
         todo = pages.count_chunked_otherwise(conn, chunker_signature(max_tokens, overlap_tokens))
@@ -564,7 +570,7 @@ def prune(dry_run: bool, as_json: bool) -> None:
         policy = retention.Policy.from_settings(get_settings())
     except ValidationError as exc:
         raise CliError("; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())) from exc
-    with db.connection(_app_url(create=False)) as conn:
+    with db.connection(_app_url()) as conn:
         estimates = {table: n for table, n in retention.estimated_rows(conn).items() if policy.days()[table]}
         conn.commit()
         try:
@@ -731,7 +737,7 @@ def cadence_show(url: str) -> None:
         page_url = normalize_url(url)
     except InvalidURL as exc:
         raise click.BadParameter(str(exc)) from exc
-    with db.connection(_app_url(create=False)) as conn:
+    with db.connection(_app_url()) as conn:
         row = schedule.cadence_of(conn, page_url)
         if row is None:
             raise CliError(f"{page_url} is not registered (rag-pipeline seed FILE)")

@@ -84,3 +84,34 @@ def test_a_heartbeat_timeout_shorter_than_two_beats_is_refused_in_one_line(monke
     get_settings.cache_clear()
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert "BATCH_HEARTBEAT_TIMEOUT_S (60) must be at least twice BATCH_HEARTBEAT_S (40)" in result.output
+
+
+def test_a_database_without_the_current_schema_is_refused_with_what_to_run(monkeypatch, pg_server_url):
+    import dagster as dg
+
+    from rag_pipeline.defs.resources import PostgresResource
+
+    name = f"t_bare_{uuid.uuid4().hex[:8]}"
+    url = db.with_database(pg_server_url, name)
+    db.ensure_database(url)
+    try:
+        monkeypatch.setenv("DATABASE_URL", url)
+        get_settings.cache_clear()
+        result = CliRunner().invoke(main, ["status"])
+        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+        assert "has no schema yet: run `rag-pipeline db migrate`" in result.output
+        # A Dagster run or sensor says the same when its resource starts, and migrates nothing.
+        with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+            with dg.build_resources({"postgres": PostgresResource()}):
+                pass
+        assert isinstance(raised.value.__cause__, db.SchemaOutdated)
+        assert "run `rag-pipeline db migrate`" in str(raised.value.__cause__)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT to_regclass('pages')").fetchone()[0] is None
+        migrated = CliRunner().invoke(main, ["db", "migrate"])
+        assert migrated.exit_code == 0 and migrated.output.startswith("applied: 001_init")
+        assert CliRunner().invoke(main, ["status"]).exit_code == 0
+    finally:
+        db.close_pools()
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

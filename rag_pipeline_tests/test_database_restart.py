@@ -39,7 +39,9 @@ def own_server(monkeypatch):
     os.chmod(work, 0o755)   # the server's service user (as root) walks down to its pgdata
     home = work / "home"
     try:
-        yield home, _cli(home, "db", "start"), _cli(home, "db", "url", "--database", "dagster")
+        url = _cli(home, "db", "start")
+        _cli(home, "db", "migrate")          # the deploy step: nothing else migrates
+        yield home, url, _cli(home, "db", "url", "--database", "dagster")
     finally:
         embedded.stop(Settings(RAG_HOME=str(home)))
         shutil.rmtree(work, ignore_errors=True)

@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import dagster as dg
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -29,7 +30,7 @@ def users_server():
 
 
 @pytest.mark.parametrize("form", ["url", "keywords"])
-def test_setup_with_database_url_only(users_server, tmp_path, form):
+def test_setup_with_database_url_only(users_server, tmp_path, form, monkeypatch):
     url = users_server.get_uri("rag_" + form)
     database_url = url if form == "url" else make_conninfo(**conninfo_to_dict(url))
     home = tmp_path / "home"
@@ -41,11 +42,14 @@ def test_setup_with_database_url_only(users_server, tmp_path, form):
 
     dagster_url = done.stdout.strip().splitlines()[-1].removeprefix("DAGSTER_POSTGRES_URL=")
     assert dagster_url.startswith("postgresql://") and conninfo_to_dict(dagster_url)["dbname"] == "dagster"
-    # dagster-postgres built its schema there, and `dagster instance concurrency set` recorded the pool.
+    # dagster-postgres builds its schema there; the instance make run configures runs one push
+    # run at a time (a run tag limit in dagster.yaml, nothing set by a shell command).
+    monkeypatch.setenv("DAGSTER_POSTGRES_URL", dagster_url)
+    with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     with psycopg.connect(dagster_url) as conn:
         assert conn.execute("SELECT to_regclass('runs') IS NOT NULL").fetchone()[0]
-        limit = conn.execute('SELECT concurrency_key, "limit" FROM concurrency_limits').fetchall()
-    assert limit == [("crawler_push", 1)]
+    assert {"key": "rag/kind", "value": "push", "limit": 1} in limits
     with psycopg.connect(db.with_database(url, "rag_" + form)) as conn:
         assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(db.migration_files())
     assert not (home / "pgdata").exists(), "the embedded server must not start when DATABASE_URL is set"

@@ -26,5 +26,3 @@ export DAGSTER_POSTGRES_URL
 export DAGSTER_HOME="$RAG_HOME/dagster_home"
 mkdir -p "$DAGSTER_HOME"
 cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
-# Push runs share one crawler rate limit only if they never overlap: one push op at a time.
-"$BIN/dagster" instance concurrency set crawler_push 1 >/dev/null

@@ -136,25 +136,15 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     if not token:
         log.warning("WEBHOOK_ALLOW_NO_TOKEN=1: the webhook accepts deliveries without a token")
 
-    def prepare(url: str) -> None:
-        for attempt in range(3):
-            try:
-                db.prepare(url)
-                return
-            except psycopg.errors.UniqueViolation:
-                # Workers starting together on a fresh server race to create the database and the
-                # migrations table: one wins, the others try again and find it done.
-                if attempt == 2:
-                    raise
-
     async def connect(url: str, pool: AsyncConnectionPool, ready: asyncio.Event) -> None:
-        """Schema checked, then the pool opened; until then every delivery gets 503. A database
+        """Schema checked (`rag-pipeline db migrate` makes it; the receiver never migrates), then the
+        pool opened; until then every delivery gets 503. A database
         that is down when the receiver starts (restarting, a crash) must not stop the receiver:
         it keeps trying, and answers as soon as the database does."""
         failing = None
         while True:
             try:
-                await asyncio.to_thread(prepare, url)
+                await asyncio.to_thread(db.require_current, url)
                 break
             except (db.DatabaseError, psycopg.OperationalError) as exc:
                 unreachable = isinstance(exc, psycopg.OperationalError) or isinstance(exc.__cause__, psycopg.OperationalError)

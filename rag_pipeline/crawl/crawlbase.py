@@ -17,7 +17,7 @@ import urllib.request
 
 from rag_pipeline.crawl.base import (CrawlerHealth, PushError, Pushed, callback_headers,
                                      encode_callback_headers)
-from rag_pipeline.crawl.fetching import backoff
+from rag_pipeline.core.retrying import Backoff, is_retryable_status
 from rag_pipeline.crawl.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -102,13 +102,13 @@ class CrawlbaseCrawler:
                     if rid:
                         return Pushed(rid, attempt + 1)
                     last = f"answer without rid: {str(response.get('body'))[:200]}"
-                elif status in (429,) or status >= 500:
+                elif is_retryable_status(status):
                     last = f"HTTP {status}"
                 else:  # 401 bad token, 400 bad URL: retrying changes nothing
                     raise PushError(f"Crawlbase refused the push: HTTP {status}", attempts=attempt + 1,
                                     status=status)
             if attempt < self.max_retries:
-                time.sleep(backoff(attempt, self.backoff_s))
+                time.sleep(Backoff(self.backoff_s).delay(attempt))   # the SDK's answer carries no headers
         raise PushError(f"push failed after {self.max_retries + 1} attempts: {last}",
                         attempts=self.max_retries + 1, status=status)
 

@@ -7,7 +7,6 @@ Shared by the local crawler and the simulator, so both deliver byte-for-byte the
 from __future__ import annotations
 
 import gzip
-import random
 import re
 import time
 from dataclasses import dataclass
@@ -15,6 +14,8 @@ from dataclasses import dataclass
 import httpx
 from bs4 import BeautifulSoup
 from markdownify import MarkdownConverter
+
+from rag_pipeline.core.retrying import Backoff, is_retryable_status
 
 # Crawlbase's own "the crawl failed" statuses are 5xx in PC-Status; we use 520 for a fetch that
 # failed at the network level (timeout, refused, TLS) and keep the site's status when there is one.
@@ -112,17 +113,6 @@ def answer_reason(resp: httpx.Response) -> str:
     return " ".join(text.split())[:200] or resp.reason_phrase
 
 
-def is_retryable(status: int) -> bool:
-    """Worth another try: unreachable (0), timeouts, rate limits and 5xx. Any other answer
-    (401 bad token, 400 bad delivery, 413 too large) is the receiver's final word."""
-    return status == 0 or status in (408, 429) or status >= 500
-
-
-def backoff(attempt: int, base_s: float, cap_s: float = 30.0) -> float:
-    """Exponential backoff with full jitter."""
-    return random.uniform(0, min(cap_s, base_s * (2 ** attempt)))
-
-
 def deliver(client: httpx.Client, callback_url: str, rid: str, fetched: Fetched, extra: dict[str, str],
             *, retries: int, backoff_s: float) -> int:
     """Deliver with bounded retries (same rid each time); returns the attempts used."""
@@ -133,9 +123,9 @@ def deliver(client: httpx.Client, callback_url: str, rid: str, fetched: Fetched,
         status, reason = send_delivery(client, callback_url, headers, body)
         if 200 <= status < 300:
             return attempt + 1
-        if not is_retryable(status):
+        if not is_retryable_status(status):   # 401 bad token, 400 bad delivery, 413 too large
             raise DeliveryFailed(f"receiver refused the delivery: {status} {reason}")
         if attempt < retries:
-            time.sleep(backoff(attempt, backoff_s))
+            time.sleep(Backoff(backoff_s).delay(attempt))
     answered = f"receiver answered {status} {reason}" if status else f"receiver unreachable: {reason}"
     raise DeliveryFailed(f"delivery failed after {retries + 1} attempt(s): {answered}")

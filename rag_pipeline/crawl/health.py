@@ -1,5 +1,6 @@
 """Crawler health as check outcomes with descriptions a person can act on. Pure: the callers
-read the crawler's stats and the pushes table and turn these into Dagster check results."""
+read the crawler's stats and the pushes table (the types they pass are plain dataclasses) and turn
+these into Dagster check results."""
 
 from __future__ import annotations
 

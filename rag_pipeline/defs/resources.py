@@ -13,8 +13,6 @@ from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline.store import db
 from rag_pipeline.store.spaces import Space
 
-_prepared: set[str] = set()
-_prepared_lock = threading.Lock()
 _embedders: dict[tuple, Embedder] = {}
 _embedders_lock = threading.Lock()
 
@@ -24,13 +22,13 @@ class PostgresResource(dg.ConfigurableResource):
 
     database_url: str | None = None
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Checked once per run or evaluation, never migrated here: `rag-pipeline db migrate` is the
+        # deploy step, and a code location running against an older schema must say so at once.
+        db.require_current(self.url())
+
     def url(self) -> str:
-        url = self.database_url or db.server_url(get_settings())
-        with _prepared_lock:
-            if url not in _prepared:
-                db.prepare(url)  # idempotent: creates the database and applies migrations once
-                _prepared.add(url)
-        return url
+        return self.database_url or db.server_url(get_settings())
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:

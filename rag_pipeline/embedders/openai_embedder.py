@@ -9,17 +9,17 @@ and a batch rejected with a 400 is bisected so one bad input does not cost the o
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
+from rag_pipeline.core.retrying import Backoff, is_retryable_status, parse_retry_after
 from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens
 from rag_pipeline.embedders.base import EmbeddingError, EmbedResult, IncompleteEmbeddingError, PoisonedInputError
 
@@ -41,40 +41,6 @@ _REJECTIONS_BEFORE_GIVING_UP = 8
 def _supports_dimensions(model: str) -> bool:
     """Only the v3 models accept the `dimensions` parameter (ada-002 rejects it)."""
     return model.startswith("text-embedding-3")
-
-
-def _is_retryable_status(status: int) -> bool:
-    # The same set the official client retries: timeouts, lock conflicts, rate limits, server errors.
-    return status in (408, 409, 429) or status >= 500
-
-
-def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
-    """Seconds the server asked us to wait: `retry-after-ms`, else `retry-after` (seconds or HTTP date)."""
-    if not headers:
-        return None
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            value = float(raw_ms) / 1000.0
-            if math.isfinite(value) and value >= 0:
-                return value
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-        return value if math.isfinite(value) and value >= 0 else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _error_reason(exc: openai.APIStatusError) -> str:
@@ -280,7 +246,7 @@ class OpenAIEmbedder:
                     raise _InputRejected(reason) from exc
                 if status == 429 and exc.code == "insufficient_quota":
                     raise EmbeddingError(f"OpenAI quota exhausted (HTTP 429 insufficient_quota): {reason}") from exc
-                if not _is_retryable_status(status):
+                if not is_retryable_status(status):
                     raise EmbeddingError(f"embedding request failed with HTTP {status}: {reason}") from exc
                 error: Exception = exc
                 description = f"HTTP {status}: {reason}"
@@ -305,10 +271,8 @@ class OpenAIEmbedder:
             state.retries += 1
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Server's Retry-After when given (capped), else exponential backoff with full jitter."""
-        if retry_after is not None:
-            return min(retry_after, self.retry_after_max_s)
-        return self._rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * (2.0**attempt)))
+        return Backoff(self.backoff_base_s, self.backoff_max_s, self.retry_after_max_s).delay(
+            attempt, retry_after, self._rng)
 
     def _parse(self, response: Any, expected: int) -> tuple[list[list[float]], int | None]:
         data = list(getattr(response, "data", None) or [])

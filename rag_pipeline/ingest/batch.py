@@ -137,8 +137,7 @@ def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
         if held is not None and item.page_url not in held:
             yield Skipped(item.page_url, "its lease ended and another batch may hold the page")
             continue
-        got = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                           (PAGE_LOCK_CLASS, item.page_url)).fetchone()[0]
+        got = pages.try_lock(conn, PAGE_LOCK_CLASS, item.page_url)
         conn.commit()
         if not got:
             # A run whose lease ran out still works on it: hand the page back for a later batch.
@@ -152,7 +151,7 @@ def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
 def _unlock_all(conn) -> None:
     try:
         conn.rollback()
-        conn.execute("SELECT pg_advisory_unlock_all()")
+        pages.unlock_all(conn)
         conn.commit()
     except psycopg.Error as exc:  # a broken connection holds no locks any more
         log.warning("could not release page locks: %s", exc)

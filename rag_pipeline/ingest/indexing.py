@@ -82,7 +82,7 @@ def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overl
     # A tombstone clears source_hash; a later 200 sets it again (and the switch revives the page).
     if page.source_hash is None or page.source_text is None:
         with conn.transaction():
-            conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (pid,))
+            chunk_store.discard_staged(conn, pid)
         return StageResult(None, 0, 0)
     pieces = chunk_markdown(page.source_text, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
     signature = chunker_signature(max_tokens, overlap_tokens)
@@ -310,14 +310,7 @@ def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: p
     # A new crawl verifies the page; a re-chunk of the stored text does not.
     crawled = (locked.source_delivery_id or 0) > (locked.applied_delivery_id or 0)
     signature = staged[0].chunker_version if staged else locked.chunker_version
-    conn.execute(
-        "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s, deleted_at = NULL,"
-        " last_verified_at = CASE WHEN %s THEN now() ELSE last_verified_at END,"
-        " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
-        " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
-        " WHERE page_id = %s",
-        (signature, crawled or changed, changed, pid),
-    )
+    pages.mark_switched(conn, pid, signature, verified=crawled or changed, changed=changed)
     if crawled and locked.source_delivery_id is not None:
         deliveries.mark(conn, locked.source_delivery_id, "embedded", page_url=page_url)
         deliveries.supersede_older(conn, page_url, locked.source_delivery_id)

@@ -21,6 +21,7 @@ import psycopg
 
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.ingest import indexing
+from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import space_vectors, spaces
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,6 @@ class BuildResult:
 Progress = Callable[[BuildResult], None]
 
 
-def _without_text(conn: psycopg.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM chunks WHERE embed_text IS NULL").fetchone()[0]
 
 
 def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embedder,
@@ -68,7 +67,7 @@ def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE
           maintenance_work_mem: str = "256MB", on_progress: Progress | None = None) -> BuildResult:
     """Fill the configured model's space from every live chunk text; the active space is untouched.
     Resumes where a stopped build got to."""
-    if _without_text(conn):
+    if chunk_store.count_without_text(conn):
         raise ModelSwitchError(
             "some chunks predate stored embed texts: run a re-chunk backfill first (README, 'Re-chunk backfill')"
         )

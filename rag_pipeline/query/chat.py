@@ -21,7 +21,7 @@ from typing import Any
 
 import openai
 
-from rag_pipeline.embedders.openai_embedder import parse_retry_after
+from rag_pipeline.core.retrying import Backoff, is_retryable_status, parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class OpenAIChat:
                     raise ChatError(f"the chat request was refused (HTTP 400{param}): {reason}") from exc
                 if status == 429 and exc.code == "insufficient_quota":
                     raise ChatError(f"chat quota exhausted (HTTP 429 insufficient_quota): {reason}") from exc
-                if not _is_retryable_status(status):
+                if not is_retryable_status(status):
                     raise ChatError(f"the chat request failed with HTTP {status}: {reason}") from exc
                 error: Exception = exc
                 description = f"HTTP {status}: {reason}"
@@ -145,10 +145,8 @@ class OpenAIChat:
             retries += 1
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """The server's Retry-After when given (capped), else exponential backoff with full jitter."""
-        if retry_after is not None:
-            return min(retry_after, self.retry_after_max_s)
-        return self._rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * (2.0**attempt)))
+        return Backoff(self.backoff_base_s, self.backoff_max_s, self.retry_after_max_s).delay(
+            attempt, retry_after, self._rng)
 
     def _parse(self, response: Any, requests: int, retries: int) -> ChatReply:
         choices = list(getattr(response, "choices", None) or [])

@@ -54,6 +54,16 @@ def staged(conn: psycopg.Connection, page_id: UUID, source_hash: str) -> list[St
     return [StagedChunk(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6]) for r in rows]
 
 
+def discard_staged(conn: psycopg.Connection, page_id: UUID) -> None:
+    """A staged generation that will never switch in (its page lost its source: a tombstone)."""
+    conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (page_id,))
+
+
+def count_without_text(conn: psycopg.Connection) -> int:
+    """Chunks stored before their embed text was kept: a new space cannot be built from them."""
+    return conn.execute("SELECT count(*) FROM chunks WHERE embed_text IS NULL").fetchone()[0]
+
+
 def cached_hashes(conn: psycopg.Connection, space: Space, hashes: Sequence[bytes]) -> set[bytes]:
     """Which of these texts already have a vector in this space."""
     if not hashes:

@@ -190,3 +190,27 @@ def outdated_work(conn: psycopg.Connection, signature: str, limit: int) -> list[
         (signature, limit),
     ).fetchall()
     return [WorkItem(url, 0, 0, chars or 0) for url, chars in rows]
+
+
+# -- per-page advisory locks: two batch runs never apply one page at once ------------------------
+
+def try_lock(conn: psycopg.Connection, lock_class: int, page_url: str) -> bool:
+    """A session advisory lock on the page (held until `unlock_all`), or False if another holds it."""
+    return conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (lock_class, page_url)).fetchone()[0]
+
+
+def unlock_all(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pg_advisory_unlock_all()")
+
+
+def mark_switched(conn: psycopg.Connection, page_id: UUID, chunker_version: str | None, *,
+                  verified: bool, changed: bool) -> None:
+    """The switch's page row: the index now shows the source (caller holds the row lock)."""
+    conn.execute(
+        "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s, deleted_at = NULL,"
+        " last_verified_at = CASE WHEN %s THEN now() ELSE last_verified_at END,"
+        " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
+        " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
+        " WHERE page_id = %s",
+        (chunker_version, verified, changed, page_id),
+    )

@@ -139,6 +139,17 @@ def claim_due(conn: psycopg.Connection, limit: int, lease: timedelta,
     return [Target(url, crawl_url, due_at) for url, crawl_url, due_at, postponed in rows if not postponed]
 
 
+def targets(conn: psycopg.Connection, page_urls: list[str],
+            due_at: Mapping[str, datetime] | None = None) -> list[Target]:
+    """The pages among ``page_urls`` that are still pushed (aliases are not), with the URL to crawl."""
+    rows = conn.execute(
+        "SELECT url, coalesce(crawl_url, url) FROM pages WHERE url = ANY(%s) AND alias_of IS NULL ORDER BY url",
+        (list(page_urls),),
+    ).fetchall()
+    due_at = due_at or {}
+    return [Target(url, crawl_url, due_at.get(url)) for url, crawl_url in rows]
+
+
 def matching(conn: psycopg.Connection, like: str, limit: int) -> list[Target]:
     """Live or tombstoned pages (not aliases) whose URL matches a LIKE pattern."""
     rows = conn.execute(

@@ -102,11 +102,15 @@ def hybrid(conn: psycopg.Connection, space: Space, query_vector, question: str, 
     def fused(limit: int) -> tuple[list[Citation], bool]:
         near = _scan(conn, space, vec, limit, ef_search, filters)
         matched = _text_scan(conn, terms, limit, filters)
-        # A passage holding the words but cut from the vector candidates (by the limit, or among a
-        # tie the scan broke arbitrarily) is ranked by its own distance, not left out of that list.
+        # A passage holding the words that the vector scan should have returned (as near as what it
+        # did return: an approximate scan's miss, or a tie cut at the limit) takes its place there.
+        # One farther away stays out: it would push down what only the meaning finds.
         seen = {c.key for c in near}
-        near = sorted(near + _distances(conn, space, vec, [c for c in matched if c.key not in seen]),
-                      key=lambda c: c.distance)
+        if near:
+            bound = near[-1].distance
+            missed = [c for c in _distances(conn, space, vec, [c for c in matched if c.key not in seen])
+                      if c.distance <= bound]
+            near = sorted(near + missed, key=lambda c: c.distance)
         by_key = {c.key: c for c in matched} | {c.key: c for c in near}
         ranked = fuse_rrf([[(c.key, -c.distance) for c in near], [(c.key, c.score) for c in matched]],
                           [fusion.vector_weight, fusion.lexical_weight], fusion.rrf_k)

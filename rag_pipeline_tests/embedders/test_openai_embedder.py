@@ -12,7 +12,8 @@ import pytest
 
 from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens
 from rag_pipeline.embedders.base import Embedder, EmbeddingError, PoisonedInputError
-from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder, parse_retry_after
+from rag_pipeline.core.retrying import parse_retry_after
+from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline_tests.fakes import FakeOpenAI
 
 DIMS = 64

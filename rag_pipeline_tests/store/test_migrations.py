@@ -107,3 +107,71 @@ def test_an_index_made_before_space_tables_keeps_its_vectors_and_search(pg_serve
         db.close_pools()
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
             conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
+
+
+def _fresh(pg_server_url, name):
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
+    return db.with_database(pg_server_url, name)
+
+
+def test_a_changed_applied_migration_is_refused_and_a_no_transaction_one_runs_outside(pg_server_url, tmp_path):
+    import pytest
+
+    sql_dir = tmp_path / "sql"
+    sql_dir.mkdir()
+    (sql_dir / "001_items.sql").write_text("CREATE TABLE items (id int PRIMARY KEY, name text);\n")
+    # CREATE INDEX CONCURRENTLY cannot run inside a transaction: the marker runs it outside one.
+    (sql_dir / "002_items_index.sql").write_text(
+        f"{db.NO_TRANSACTION}\n-- a big table's index, built without blocking writes\n"
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS items_name ON items (name);\n"
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS items_name_id ON items (name, id);\n")
+    url = _fresh(pg_server_url, "t_migrate_checksum")
+    try:
+        with pytest.raises(db.NoDatabase, match="create it with `rag-pipeline db migrate`"):
+            db.require_current(url, sql_dir)
+        db.ensure_database(url)
+        with pytest.raises(db.SchemaOutdated, match="has no schema yet: run `rag-pipeline db migrate`"):
+            db.require_current(url, sql_dir)
+        assert db.prepare(url, sql_dir) == ["001_items", "002_items_index"]
+        db.require_current(url, sql_dir)
+        with psycopg.connect(url) as conn:
+            indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'items'")}
+            checksums = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+        assert {"items_name", "items_name_id"} <= indexes
+        assert checksums["001_items"] == db.migrations(sql_dir)[0].checksum
+
+        (sql_dir / "003_more.sql").write_text("ALTER TABLE items ADD COLUMN price int;\n")
+        with pytest.raises(db.SchemaOutdated, match=r"needs migration\(s\) 003_more: run `rag-pipeline db migrate`"):
+            db.require_current(url, sql_dir)
+        (sql_dir / "001_items.sql").write_text("CREATE TABLE items (id bigint PRIMARY KEY, name text);\n")
+        for attempt in (lambda: db.prepare(url, sql_dir), lambda: db.require_current(url, sql_dir)):
+            with pytest.raises(db.DatabaseError, match=r"changed after they were applied: 001_items\.sql"):
+                attempt()
+        with psycopg.connect(url) as conn:   # nothing of 003 ran
+            columns = {r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'items'")}
+        assert "price" not in columns
+    finally:
+        _fresh(pg_server_url, "t_migrate_checksum")
+
+
+def test_migrations_applied_before_checksums_were_kept_get_theirs_recorded(pg_server_url, tmp_path):
+    sql_dir = tmp_path / "sql"
+    sql_dir.mkdir()
+    (sql_dir / "001_items.sql").write_text("CREATE TABLE items (id int PRIMARY KEY);\n")
+    url = _fresh(pg_server_url, "t_migrate_legacy")
+    try:
+        db.ensure_database(url)
+        with psycopg.connect(url, autocommit=True) as conn:   # as the runner before checksums left it
+            conn.execute("CREATE TABLE schema_migrations (version text PRIMARY KEY,"
+                         " applied_at timestamptz NOT NULL DEFAULT now())")
+            conn.execute("CREATE TABLE items (id int PRIMARY KEY)")
+            conn.execute("INSERT INTO schema_migrations (version) VALUES ('001_items')")
+        db.require_current(url, sql_dir)          # current, though nothing records its checksum yet
+        assert db.prepare(url, sql_dir) == []
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT checksum FROM schema_migrations").fetchone()[0] == \
+                db.migrations(sql_dir)[0].checksum
+    finally:
+        _fresh(pg_server_url, "t_migrate_legacy")

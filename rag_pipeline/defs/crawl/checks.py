@@ -33,16 +33,16 @@ def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource,
     return outcomes, state.waiting
 
 
-def _severity(outcome: health.Outcome) -> dg.AssetCheckSeverity:
-    return dg.AssetCheckSeverity.WARN if outcome.warn else dg.AssetCheckSeverity.ERROR
+def _fields(outcome: health.Outcome) -> dict:
+    """What the sensor's evaluation and the check's result both carry."""
+    return {"asset_key": PAGES, "check_name": outcome.check_name, "passed": outcome.passed,
+            "severity": dg.AssetCheckSeverity.WARN if outcome.warn else dg.AssetCheckSeverity.ERROR,
+            "description": outcome.description,
+            "metadata": {"description": outcome.description, **outcome.metadata}}
 
 
 def to_evaluation(outcome: health.Outcome) -> dg.AssetCheckEvaluation:
-    return dg.AssetCheckEvaluation(
-        asset_key=PAGES, check_name=outcome.check_name, passed=outcome.passed,
-        severity=_severity(outcome), description=outcome.description,
-        metadata={"description": outcome.description, **outcome.metadata},
-    )
+    return dg.AssetCheckEvaluation(**_fields(outcome))
 
 
 @dg.multi_asset_check(
@@ -52,7 +52,4 @@ def to_evaluation(outcome: health.Outcome) -> dg.AssetCheckEvaluation:
 def crawler_health_checks(postgres: PostgresResource, crawler: CrawlerResource):
     outcomes, _ = health_outcomes(postgres, crawler, [])
     for o in outcomes:
-        yield dg.AssetCheckResult(
-            asset_key=PAGES, check_name=o.check_name, passed=o.passed, severity=_severity(o),
-            description=o.description, metadata={"description": o.description, **o.metadata},
-        )
+        yield dg.AssetCheckResult(**_fields(o))

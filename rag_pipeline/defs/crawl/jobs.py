@@ -14,11 +14,6 @@ from rag_pipeline.defs.resources import PostgresResource
 from rag_pipeline.store import schedule
 
 
-# One push op at a time across runs (`dagster instance concurrency set crawler_push 1`, done by
-# `make run`): CRAWLER_PUSH_RATE is enforced per process, so two concurrent push runs would double it.
-CRAWLER_PUSH_POOL = "crawler_push"
-
-
 class PushConfig(dg.Config):
     urls: list[str]                     # normalized page URLs
     reason: str = "schedule"
@@ -49,21 +44,18 @@ def _push(context, postgres: PostgresResource, crawler: CrawlerResource, targets
     return report
 
 
-@dg.op(out=dg.Out(dg.Nothing), pool=CRAWLER_PUSH_POOL,
+@dg.op(out=dg.Out(dg.Nothing),
        description="Push these pages to the crawler, record each push, move each next crawl.")
 def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: PostgresResource,
                crawler: CrawlerResource) -> dg.Output:
-    with postgres.connect() as conn:
-        rows = conn.execute(
-            "SELECT url, coalesce(crawl_url, url) FROM pages WHERE url = ANY(%s) AND alias_of IS NULL"
-            " ORDER BY url", (config.urls,),
-        ).fetchall()
     due = {url: datetime.fromisoformat(at) for url, at in zip(config.urls, config.due_at)}
-    report = _push(context, postgres, crawler, [schedule.Target(*r, due.get(r[0])) for r in rows], config.reason)
+    with postgres.connect() as conn:
+        targets = schedule.targets(conn, config.urls, due)
+    report = _push(context, postgres, crawler, targets, config.reason)
     return dg.Output(None, metadata=report.as_metadata())
 
 
-@dg.op(out=dg.Out(dg.Nothing), pool=CRAWLER_PUSH_POOL,
+@dg.op(out=dg.Out(dg.Nothing),
        description="Register seed URLs with their cadence, then push them.")
 def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: PostgresResource,
                crawler: CrawlerResource) -> dg.Output:
@@ -81,7 +73,7 @@ def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: Pos
                                               "aliases_skipped": len(aliases)})
 
 
-@dg.op(out=dg.Out(dg.Nothing), pool=CRAWLER_PUSH_POOL,
+@dg.op(out=dg.Out(dg.Nothing),
        description="Push now every page whose URL matches a glob pattern.")
 def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, postgres: PostgresResource,
                   crawler: CrawlerResource) -> dg.Output:
@@ -91,6 +83,8 @@ def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, post
     return dg.Output(None, metadata={**report.as_metadata(), "matched": len(targets)})
 
 
+# Every push job is tagged rag/kind=push: dagster.yaml runs one such run at a time, since
+# CRAWLER_PUSH_RATE is enforced per process and two push runs at once would double it.
 @dg.job(name="push", description="Push pages to the crawler (the recrawl sensor's batches land here).",
         tags={"rag/kind": "push"})
 def push_job():
