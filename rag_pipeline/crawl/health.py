@@ -1,13 +1,12 @@
 """Crawler health as check outcomes with descriptions a person can act on. Pure: the callers
-read the crawler's stats and the pushes table (the types they pass are plain dataclasses) and turn
-these into Dagster check results."""
+read the crawler's stats and the pushes table and turn these into Dagster check results."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rag_pipeline.crawl.base import CrawlerHealth
-from rag_pipeline.store.pushes import Undelivered
 
 CRAWLER_NOT_PAUSED = "crawler_not_paused"
 CRAWLER_QUEUE_NOT_GROWING = "crawler_queue_not_growing"
@@ -16,6 +15,12 @@ NO_PAGE_OVERDUE = "no_page_overdue"
 CHECK_NAMES = (CRAWLER_NOT_PAUSED, CRAWLER_QUEUE_NOT_GROWING, PUSHES_DELIVERED, NO_PAGE_OVERDUE)
 # The waiting queue counts as growing when it rose on each of this many readings in a row.
 GROWING_READINGS = 4
+
+
+class Undelivered(Protocol):
+    """Pushes the crawler took whose delivery is overdue (what `store.pushes.undelivered` returns)."""
+    count: int
+    examples: list[tuple[int, str, str]]       # (push_id, url, rid)
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,13 @@ def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes
     newest = deliveries.newest_queued(conn, page_url)
     text = digest = None
     if newest is not None:
-        if newest.normalized_text is not None:   # routing normalized it already
+        if newest.normalized_text is not None:   # routing decoded, normalized and hashed it already
             text = newest.normalized_text
-        else:
+            digest = newest.normalized_hash or content_hash(text)    # queued before 015: no hash kept
+        else:                                    # queued before 009: only the body was kept
             decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
             text = normalize_markdown(decoded.text, boilerplate_rules(), url=page_url)
-        digest = content_hash(text)
+            digest = content_hash(text)
     with conn.transaction():
         page = pages.get(conn, page_url, for_update=True)
         if page is None:

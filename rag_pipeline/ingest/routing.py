@@ -171,7 +171,8 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
         pages.ensure(conn, pid, page_url, delivery.url)
     pages.note_crawl(conn, pid, crawled_at, digest)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
-    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, crawled_at=crawled_at)
+    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, text_hash=digest,
+                    crawled_at=crawled_at)
     result.queued.append(QueuedPage(page_url, delivery.id))
     return "queued"
 

@@ -34,6 +34,7 @@ class Delivery:
     body_encoding: str
     received_at: datetime
     normalized_text: str | None = None
+    normalized_hash: str | None = None     # its content hash, taken by routing
 
 
 _COLUMNS = "id, rid, url, pushed_url, crawler_status, original_status, body, body_encoding, received_at"
@@ -58,9 +59,9 @@ def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
 
 def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
          page_url: str | None = None, error: str | None = None, text: str | None = None,
-         crawled_at: datetime | None = None) -> None:
-    """Settle (or queue) a delivery. A queued one keeps its normalized `text` for the run that
-    applies it; any other outcome drops it (the page row holds the text it applies)."""
+         text_hash: str | None = None, crawled_at: datetime | None = None) -> None:
+    """Settle (or queue) a delivery. A queued one keeps its normalized `text` and its hash for the
+    run that applies it; any other outcome drops them (the page row holds the text it applies)."""
     # A reason quoting what was refused (a NUL, a lone surrogate) must not be refused in turn.
     error = storable(error) if error is not None else None
     conn.execute(
@@ -68,10 +69,11 @@ def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
         " page_url = coalesce(%s, page_url), error = coalesce(%s, error),"
         " text_chars = coalesce(%s, text_chars), crawled_at = coalesce(%s, crawled_at),"
         " normalized_text = CASE WHEN %s = 'queued' THEN %s END,"
+        " normalized_hash = CASE WHEN %s = 'queued' THEN %s END,"
         " applied_at = CASE WHEN %s IN ('embedded', 'unchanged', 'deleted') THEN now() END"
         " WHERE id = %s",
         (outcome, page_url, error, len(text) if text is not None else None, crawled_at, outcome, text,
-         outcome, delivery_id),
+         outcome, text_hash, outcome, delivery_id),
     )
 
 
@@ -90,7 +92,7 @@ def newest_queued(conn: psycopg.Connection, page_url: str) -> Delivery | None:
         cur.execute(
             "SELECT id, rid, url, pushed_url, crawler_status, original_status,"
             " CASE WHEN normalized_text IS NULL THEN body ELSE ''::bytea END AS body, body_encoding,"
-            " received_at, normalized_text FROM deliveries WHERE page_url = %s AND outcome = 'queued'"
+            " received_at, normalized_text, normalized_hash FROM deliveries WHERE page_url = %s AND outcome = 'queued'"
             " ORDER BY id DESC LIMIT 1",
             (page_url,),
         )
@@ -108,7 +110,7 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
     """Queued or failed deliveries older than the one applied will never be applied themselves
     (a failed one's pending retry is cancelled with it)."""
     cur = conn.execute(
-        "UPDATE deliveries SET outcome = 'superseded', retry_at = NULL, normalized_text = NULL"
+        "UPDATE deliveries SET outcome = 'superseded', retry_at = NULL, normalized_text = NULL, normalized_hash = NULL"
         " WHERE page_url = %s AND outcome IN ('queued', 'failed') AND id < %s",
         (page_url, newer_than_id),
     )
