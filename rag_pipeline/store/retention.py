@@ -1,7 +1,8 @@
 """Retention: what the index may forget, deleted in short transactions.
 
-Left alone, three tables grow without bound: `deliveries` (each crawl keeps its gzip'd body, though
-the page's text already lives on `pages`), `pushes`, and the `vectors` cache. `prune` walks each in
+Left alone, four tables grow without bound: `deliveries` (each crawl keeps its gzip'd body, though
+the page's text already lives on `pages`), `pushes`, the `vectors` cache, and `crawl_observations`
+(one row a crawl; the change-rate estimate reads only each page's newest). `prune` walks each in
 primary-key order, one range of `batch_size` rows per transaction, so row locks and snapshots stay
 short: the receiver's inserts never wait on it, and autovacuum reclaims space as it goes.
 
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -66,6 +68,8 @@ class Policy:
     push_days: int = 30
     vector_days: int = 30
     batch_size: int = 2000
+    # Crawl observations kept per page (the newest): the change-rate estimate reads CADENCE_HISTORY.
+    observations_kept: int = 64
 
     def __post_init__(self) -> None:
         for name in ("delivery_days", "push_days", "vector_days"):
@@ -73,6 +77,8 @@ class Policy:
                 raise ValueError(f"{name} must be >= 0 (0 keeps forever), not {getattr(self, name)}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {self.batch_size}")
+        if self.observations_kept < 1:
+            raise ValueError(f"observations_kept must be >= 1, not {self.observations_kept}")
 
     def days(self) -> dict[str, int]:
         return {"deliveries": self.delivery_days, "pushes": self.push_days, "vectors": self.vector_days}
@@ -80,7 +86,8 @@ class Policy:
     @classmethod
     def from_settings(cls, settings: Settings) -> Policy:
         return cls(settings.delivery_retention_days, settings.push_retention_days,
-                   settings.vector_retention_days, settings.prune_batch_size)
+                   settings.vector_retention_days, settings.prune_batch_size,
+                   observations_kept=2 * settings.cadence_history)   # room to raise CADENCE_HISTORY
 
 
 @dataclass
@@ -91,6 +98,7 @@ class PruneResult:
     vectors: int = 0
     vectors_unused: int = 0      # unused vectors still kept for reuse after this prune
     ended_batches: int = 0       # batch records (`batches`), ended over delivery_days ago
+    observations: int = 0        # crawl observations beyond the newest `observations_kept` of a page
     batches: dict[str, int] = field(default_factory=dict)   # transactions per table
     seconds: float = 0.0
 
@@ -112,6 +120,8 @@ class PruneResult:
             if name == "vectors" and days:
                 line += f"; {self.vectors_unused} unused kept for reuse"
             out.append(line)
+        out.append(f"crawl observations: {verb} {self.observations} (beyond the newest "
+                   f"{policy.observations_kept} of each page)")
         return out
 
 
@@ -276,7 +286,45 @@ def prune_vectors(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int
     return deleted, kept, batches
 
 
-# --- all three --------------------------------------------------------------------------------
+# --- crawl observations -----------------------------------------------------------------------
+
+# Walked by ranges of pages (page_id order): a page's observations beyond its newest `keep` go.
+_PAGE_BOUND = "SELECT page_id FROM pages WHERE page_id > %(after)s ORDER BY page_id OFFSET %(offset)s LIMIT 1"
+_OLD_OBSERVATIONS = """
+    FROM (SELECT page_id, crawled_at, row_number() OVER (PARTITION BY page_id ORDER BY crawled_at DESC) AS n
+            FROM crawl_observations WHERE page_id > %(after)s {upto}) ranked
+   WHERE ranked.n > %(keep)s
+"""
+
+
+def prune_observations(conn: psycopg.Connection, keep: int, *, batch_size: int, dry_run: bool = False,
+                       on_progress: Progress = _nothing) -> tuple[int, int]:
+    """Delete each page's crawl observations beyond its newest ``keep``; returns (rows, transactions)."""
+    params = {"after": UUID(int=0), "offset": batch_size - 1, "keep": keep}
+    total = batches = walked = 0
+    while True:
+        with conn.transaction():
+            _short_locks(conn)
+            bound = conn.execute(_PAGE_BOUND, params, prepare=False).fetchone()
+            old = _OLD_OBSERVATIONS.format(upto="AND page_id <= %(upto)s" if bound else "")
+            params["upto"] = bound[0] if bound else None
+            if dry_run:
+                total += conn.execute("SELECT count(*)" + old, params, prepare=False).fetchone()[0]
+            else:
+                total += conn.execute(
+                    "DELETE FROM crawl_observations o USING (SELECT page_id, crawled_at" + old + ") gone"
+                    " WHERE o.page_id = gone.page_id AND o.crawled_at = gone.crawled_at", params, prepare=False
+                ).rowcount
+        batches += 1
+        if bound is None:
+            break
+        walked += batch_size
+        on_progress(walked)
+        params["after"] = bound[0]
+    return total, batches
+
+
+# --- all of them --------------------------------------------------------------------------------
 
 def prune_ended_batches(conn: psycopg.Connection, cutoff: datetime, *, dry_run: bool = False) -> int:
     """Batch records ended before `cutoff` (a few hundred a day: one statement)."""
@@ -288,7 +336,8 @@ def estimated_rows(conn: psycopg.Connection) -> dict[str, int]:
     """The planner's row estimates of the walked tables (free; exact enough for a progress bar)."""
     rows = conn.execute(
         "SELECT relname, greatest(reltuples, 0)::bigint FROM pg_class"
-        " WHERE oid IN ('deliveries'::regclass, 'pushes'::regclass, 'vectors'::regclass)").fetchall()
+        " WHERE oid IN ('deliveries'::regclass, 'pushes'::regclass, 'vectors'::regclass, 'pages'::regclass)"
+    ).fetchall()
     return dict(rows)
 
 
@@ -329,6 +378,11 @@ def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False,
                 on_progress=told("vectors"))
             log.info("vectors: %d %s in %d batch(es), %d unused kept for reuse", result.vectors,
                      _verb(dry_run), result.batches["vectors"], result.vectors_unused)
+        result.observations, result.batches["observations"] = prune_observations(
+            conn, policy.observations_kept, batch_size=policy.batch_size, dry_run=dry_run,
+            on_progress=told("observations"))
+        log.info("crawl observations: %d %s in %d batch(es)", result.observations, _verb(dry_run),
+                 result.batches["observations"])
     result.seconds = round(time.monotonic() - started, 3)
     return result
 

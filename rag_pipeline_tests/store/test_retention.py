@@ -332,7 +332,7 @@ def test_batches_walk_every_table_and_a_dry_run_counts_the_same(conn):
     assert (done.deliveries, done.pushes, done.vectors, done.ended_batches) == (40, 21, 10, 3)
     assert sizes() == (15, 0, 0, 2)
     # Ranges of 4 rows: 50 old deliveries, then the range that reaches the recent ones ends the walk.
-    assert done.batches == {"deliveries": 13, "pushes": 6, "vectors": 3}
+    assert done.batches == {"deliveries": 13, "pushes": 6, "vectors": 3, "observations": 1}
     assert retention.prune(conn, policy).deliveries == 0
 
 
@@ -355,3 +355,25 @@ def test_a_prune_refuses_to_run_inside_an_open_transaction(database_url):
         conn.execute("SELECT 1")          # an implicit transaction is now open
         with pytest.raises(RuntimeError, match="outside any transaction"):
             retention.prune(conn, DELIVERIES_ONLY)
+
+
+def test_crawl_observations_beyond_the_newest_of_each_page_are_pruned(conn):
+    import uuid
+
+    pages = [uuid.uuid4() for _ in range(5)]
+    for n, pid in enumerate(pages):
+        conn.execute("INSERT INTO pages (page_id, url) VALUES (%s, %s)", (pid, f"https://example.com/o{n}"))
+        conn.execute("INSERT INTO crawl_observations (page_id, crawled_at, interval_s, changed)"
+                     " SELECT %s, now() - make_interval(hours => i), 3600, i %% 2 = 0 FROM generate_series(1, %s) i",
+                     (pid, 3 + 2 * n))     # 3, 5, 7, 9, 11 observations
+    policy = retention.Policy(delivery_days=0, push_days=0, vector_days=0, batch_size=2, observations_kept=4)
+    dry = retention.prune(conn, policy, dry_run=True)
+    assert dry.observations == 0 + 1 + 3 + 5 + 7
+    assert conn.execute("SELECT count(*) FROM crawl_observations").fetchone()[0] == 35
+    done = retention.prune(conn, policy)
+    assert done.observations == 16 and done.batches["observations"] == 3      # ranges of 2 pages
+    kept = dict(conn.execute("SELECT page_id, count(*) FROM crawl_observations GROUP BY 1").fetchall())
+    assert [kept[pid] for pid in pages] == [3, 4, 4, 4, 4]
+    # The newest stay: each page's oldest kept is at most 4 hours old.
+    assert conn.execute("SELECT max(now() - crawled_at) FROM crawl_observations").fetchone()[0].total_seconds() \
+        < 4 * 3600 + 60
