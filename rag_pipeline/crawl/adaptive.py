@@ -52,7 +52,8 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
     for p, r in zip(pages, rule_of):
         if p.change_rate and len(p.intervals_s) >= MIN_OBS_FOR_PRIOR:
             by_rule[r.label].append(p.change_rate)
-    priors = np.array([pattern_rate(by_rule[r.label], 1 / r.every.total_seconds()) for r in rule_of])
+    pooled = {label: pattern_rate(rates, 0.0) for label, rates in by_rule.items()}   # once a pattern
+    priors = np.array([pooled.get(r.label) or 1 / r.every.total_seconds() for r in rule_of])
     width = max(1, max(len(p.intervals_s) for p in pages))
     intervals = np.zeros((len(pages), width))
     changed = np.zeros((len(pages), width), dtype=bool)
