@@ -331,6 +331,10 @@ def status(as_json: bool) -> None:
 def _check_report(settings) -> dict:
     """The checks' newest evaluations, from the Dagster instance of `make run` (DAGSTER_HOME, else
     $RAG_HOME/dagster_home), or why they cannot be read: the index's figures are shown either way."""
+    import warnings
+
+    import dagster as dg
+
     from rag_pipeline.definitions import defs
     from rag_pipeline.defs import check_states
 
@@ -343,7 +347,9 @@ def _check_report(settings) -> dict:
         if missing:
             return {**report, "error": missing}
         try:
-            with check_states.instance_at(home) as instance:
+            with check_states.instance_at(home) as instance, warnings.catch_warnings():
+                # Loading the definitions for their check names: Dagster's beta notes are not news here.
+                warnings.simplefilter("ignore", dg.BetaWarning)
                 states = check_states.latest(instance, defs())
         except Exception as exc:  # an unreadable instance must not hide the index's own figures
             return {**report, "error": f"cannot read it: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
@@ -411,7 +417,8 @@ def _print_status(report: dict) -> None:
         console.print(f"checks: {checks['instance']}: {checks['error']}", highlight=False)
         return
     summary = (f"checks: {len(checks['failing'])} failing, {checks['passed']} passing"
-               + (f", not evaluated yet: {', '.join(checks['not_evaluated'])}" if checks["not_evaluated"] else ""))
+               + (f", not evaluated yet: {', '.join(checks['not_evaluated'])} (the index checks run every 15 "
+                  "minutes, `index_checks`; the crawler's every minute)" if checks["not_evaluated"] else ""))
     console.print(summary, highlight=False)
     if checks["failing"]:
         t = Table(title="failing checks", title_justify="left", box=box.SIMPLE)
@@ -536,7 +543,7 @@ def backfill_plan(as_json: bool) -> None:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
     click.echo(f"chunker {result.signature}: {result.pages} page(s) to re-chunk")
-    click.echo(f"  chunks: {result.chunks_total} total, {result.chunks_to_embed} to embed")
+    click.echo(f"  their chunks once re-cut: {result.chunks_total}, {result.chunks_to_embed} of them to embed")
     click.echo(f"  tokens: {result.tokens_to_embed} to embed, {result.tokens_reused} reused")
     if result.pages:
         click.echo("  run it: turn on `rechunk_sensor` in the Dagster UI, or backfill the `rechunk` job")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -188,6 +189,15 @@ class Settings(BaseSettings):
     # Rows examined per prune transaction (each commits on its own: short row locks and snapshots).
     prune_batch_size: int = Field(default=2000, alias="PRUNE_BATCH_SIZE", ge=1, le=100_000)
 
+    @field_validator("openai_api_key", "answer_api_key", "webhook_token", "query_api_token", "crawlbase_token")
+    @classmethod
+    def _sendable_secret(cls, value: str | None) -> str | None:
+        # Sent in an HTTP header or a query string: a pasted placeholder ("sk-…") or a stray space
+        # would only fail later, deep in a request, as an encoding error.
+        if value is not None and not (value.isascii() and value.isprintable() and " " not in value):
+            raise ValueError("must be printable ASCII without spaces (a placeholder pasted as it is?)")
+        return value
+
     @field_validator("rag_home")
     @classmethod
     def _absolute_home(cls, value: Path) -> Path:
@@ -255,6 +265,9 @@ def load_settings() -> Settings:
         raise SettingsError(describe_errors(exc)) from None
 
 
+SECRET_NAME = re.compile(r"(_KEY|_TOKEN|PASSWORD|SECRET)$")
+
+
 def describe_errors(exc: ValidationError) -> str:
     """`CHUNK_MAX_TOKENS='10': Input should be greater than or equal to 32` (every bad variable)."""
     parts = []
@@ -263,7 +276,8 @@ def describe_errors(exc: ValidationError) -> str:
             parts.append(error["msg"].removeprefix("Value error, "))
             continue
         name = ".".join(str(part) for part in error["loc"])
-        parts.append(f"{name}={error.get('input')!r}: {error['msg']}")
+        shown = "'***'" if SECRET_NAME.search(name) else repr(error.get("input"))   # never echo a secret
+        parts.append(f"{name}={shown}: {error['msg'].removeprefix('Value error, ')}")
     return "bad setting " + "; ".join(parts)
 
 

@@ -115,3 +115,13 @@ def test_a_database_without_the_current_schema_is_refused_with_what_to_run(monke
         db.close_pools()
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_a_pasted_placeholder_key_is_one_line_that_never_echoes_the_secret(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-…")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, ["ask", "what is a webhook?"])
+    get_settings.cache_clear()
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "Traceback" not in result.output and "sk-" not in result.output
+    assert "OPENAI_API_KEY='***': must be printable ASCII without spaces" in result.output
