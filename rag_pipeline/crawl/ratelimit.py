@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 
 class RateLimiter:
-    def __init__(self, rate: float, burst: int | None = None):
+    def __init__(self, rate: float, burst: int | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         if rate <= 0:
             raise ValueError("rate must be positive")
         self.rate = rate
         self.burst = max(1, burst if burst is not None else int(rate) or 1)
+        self._clock, self._sleep = clock, sleep
         self._tokens = float(self.burst)
-        self._last = time.monotonic()
+        self._last = clock()
         self._lock = threading.Lock()
 
     def acquire(self) -> float:
@@ -21,12 +24,13 @@ class RateLimiter:
         waited = 0.0
         while True:
             with self._lock:
-                now = time.monotonic()
+                now = self._clock()
                 self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
                 self._last = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
+                # A hair under one after sleeping the exact pause (float rounding) counts as one.
+                if self._tokens >= 1 - 1e-9:
+                    self._tokens = max(0.0, self._tokens - 1)
                     return waited
                 pause = (1 - self._tokens) / self.rate
-            time.sleep(pause)
+            self._sleep(pause)
             waited += pause

@@ -11,6 +11,7 @@ from rag_pipeline.crawl.crawlbase import CrawlbaseCrawler
 from rag_pipeline.crawl.local import LocalCrawler
 from rag_pipeline.crawl.simulator import Faults
 from rag_pipeline_tests.crawl.conftest import CB_TOKEN, CRAWLER_NAME, make_sim
+from rag_pipeline_tests.waiting import wait_until
 
 
 def deliveries(conn):
@@ -81,7 +82,7 @@ def test_local_crawler_fetches_converts_follows_redirects_and_retries_delivery(g
     try:
         gate.down.set()
         a = crawler.push(site.url("/doc"), push_id=1)
-        time.sleep(0.3)
+        wait_until(lambda: gate.refused >= 1, 20, "the receiver refusing a delivery while down")
         gate.down.clear()  # the receiver comes back: the same rid is delivered
         b = crawler.push(site.url("/old"), push_id=2)
         c = crawler.push(site.url("/gone"), push_id=3)

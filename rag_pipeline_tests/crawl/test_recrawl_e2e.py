@@ -5,7 +5,6 @@ check. Real receiver, Crawlbase simulator and site on loopback, a real Dagster i
 from __future__ import annotations
 
 import json
-import time
 
 import dagster as dg
 
@@ -15,6 +14,7 @@ from rag_pipeline.defs.resources import PostgresResource
 from rag_pipeline.settings import get_settings
 from rag_pipeline_tests.crawl.conftest import make_sim
 from rag_pipeline_tests.harness import Pipeline, load_defs
+from rag_pipeline_tests.waiting import wait_until
 
 
 def html(title: str, text: str) -> str:
@@ -83,7 +83,8 @@ def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, c
 
         # The price changes; a second later only the 1 s page is due, pushed and re-embedded.
         site.set_page("/fast", html("Prices", "The widget now costs seven dollars."))
-        time.sleep(1.2)
+        wait_until(lambda: conn.execute("SELECT next_crawl_at <= now() FROM pages WHERE url = %s",
+                                        (key[fast],)).fetchone()[0], 10, "the 1 s page falling due")
         assert crawl.recrawl_tick() == [key[fast]]
         crawl.settle()
         assert pipeline.tick().partitions == [key[fast]]
@@ -122,16 +123,12 @@ def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, c
 
         # The receiver goes down: probes fail, the crawler pauses, its check fails and says why.
         gate.down.set()
-        for _ in range(100):
-            if sim.paused:
-                break
-            time.sleep(0.05)
-        assert sim.paused
+        wait_until(lambda: sim.paused, 10, "the crawler pausing on failed probes")
         crawl_env.setenv("PUSH_DELIVERY_TIMEOUT_S", "0.3")
         get_settings.cache_clear()
         crawl.run("recrawl_now", "push_matching", {"pattern": "*/fast"})
-        time.sleep(0.5)
-        checks = crawl.health(cursor=json.dumps({"waiting": []}))
+        checks = wait_until(lambda: (c := crawl.health(cursor=json.dumps({"waiting": []})))
+                            and not c[PUSHES_DELIVERED].passed and c, 10, "the undelivered push past its timeout")
         assert not checks[CRAWLER_NOT_PAUSED].passed
         assert "PAUSED" in checks[CRAWLER_NOT_PAUSED].description
         assert not checks[PUSHES_DELIVERED].passed
