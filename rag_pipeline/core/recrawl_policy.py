@@ -102,13 +102,16 @@ def allocate(rates: Sequence[float], floors_s: Sequence[float], ceilings_s: Sequ
         if high / low < 1 + 1e-9:
             break
     chosen = intervals(high)
-    # Spending jumps where a page too fast to keep fresh drops to its ceiling: what the jump leaves
-    # unspent goes to those pages, evenly (each crawl of theirs still buys some freshness).
-    dropped = high * lam >= 1
+    # Spending jumps where a page too fast to keep fresh drops to its ceiling (and is steep just
+    # before it): what the bisection leaves unspent goes, evenly in crawls a day, first to the
+    # pages that dropped, else to every page not at its floor. More crawls never add staleness.
     leftover = budget - np.sum(1 / chosen)
-    if leftover > 0 and dropped.any():
-        extra = leftover / dropped.sum()
-        chosen = np.where(dropped, np.maximum(1 / (1 / ceiling + extra), floor), chosen)
+    if leftover > 1e-9 * budget:
+        dropped = high * lam >= 1
+        eligible = dropped if dropped.any() else chosen > floor * (1 + 1e-9)
+        if eligible.any():
+            extra = leftover / eligible.sum()
+            chosen = np.where(eligible, np.maximum(1 / (1 / chosen + extra), floor), chosen)
     return Allocation(chosen, high, "")
 
 
