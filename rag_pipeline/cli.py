@@ -766,7 +766,8 @@ def cadence_show(url: str) -> None:
         click.echo(f"  tombstoned since {describe_time(row.deleted_at, row.now)}: re-checked slowly")
     click.echo(f"  rule {rule.label}: every {format_interval(rule.every)}, "
                f"{format_interval(rule.floor)}–{format_interval(rule.ceiling)}")
-    rate = "not estimated yet" if row.change_rate is None else f"{row.change_rate * 86400:.3g} changes/day estimated"
+    rate = ("not estimated yet" if row.change_rate is None else
+            f"{row.change_rate * 86400:.3g} changes/day estimated {describe_time(row.derived_at, row.now)}")
     click.echo(f"  change rate: {rate}; observations: {total} ({changed} changed)")
     for o in newest:
         click.echo(f"    {describe_time(o.crawled_at, row.now)}: {'changed' if o.changed else 'unchanged'} "

@@ -75,8 +75,7 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
     updates = []
     for k, i in enumerate(idx):
         interval, rate, page = float(plan.intervals_s[k]), float(rates[i]), pages[i]
-        moved = abs(interval / current[i] - 1) > REWRITE_ABOVE
-        if not moved and page.change_rate and abs(rate / page.change_rate - 1) <= REWRITE_ABOVE:
+        if not _moved(current[i], interval) and not _moved(page.change_rate, rate):
             continue
         seen = len(page.intervals_s)
         why = (f"{explain_allocated(rate, interval, plan.price, Bounds(floors[k], ceilings[k]))}. "
@@ -87,7 +86,13 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
                f"–{format_interval(timedelta(seconds=ceilings[k]))}; budget {budget:.0f} pushes/day ({source})")
         updates.append((page.page_id, interval, rate, why))
     rewritten = cadence.set_cadences(conn, updates, leased_within)
-    cadence.record_estimates(conn, [(pages[i].page_id, float(rates[i])) for i in np.flatnonzero(~adaptable)])
+    cadence.record_estimates(conn, [(pages[i].page_id, float(rates[i])) for i in np.flatnonzero(~adaptable)
+                                    if _moved(pages[i].change_rate, float(rates[i]))])
     planned = fixed_spend + plan.pushes_per_day()
     cadence.record_budget(conn, budget, planned, len(idx), plan.note)
     return Refreshed(len(pages), len(idx), rewritten, budget, planned, plan.note)
+
+
+def _moved(before: float | None, now: float) -> bool:
+    """Worth writing: new, or more than REWRITE_ABOVE away from what is stored."""
+    return not before or abs(now / before - 1) > REWRITE_ABOVE

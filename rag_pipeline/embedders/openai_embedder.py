@@ -113,9 +113,7 @@ class OpenAIEmbedder:
         self.max_retries = max_retries
         self.max_inputs_per_request = max_inputs_per_request
         self.max_tokens_per_request = max_tokens_per_request
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self.retry_after_max_s = retry_after_max_s
+        self.backoff = Backoff(backoff_base_s, backoff_max_s, retry_after_max_s)
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._client = openai.OpenAI(
@@ -262,17 +260,13 @@ class OpenAIEmbedder:
                     f"embedding request gave up after {attempt} retries "
                     f"({state.requests} requests so far): {description}"
                 ) from error
-            delay = self._backoff(attempt, retry_after)
+            delay = self.backoff.delay(attempt, retry_after, self._rng)
             log.warning(
                 "embedding request failed (%s); retry %d/%d in %.2fs", description, attempt + 1, self.max_retries, delay
             )
             self._sleep(delay)
             attempt += 1
             state.retries += 1
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        return Backoff(self.backoff_base_s, self.backoff_max_s, self.retry_after_max_s).delay(
-            attempt, retry_after, self._rng)
 
     def _parse(self, response: Any, expected: int) -> tuple[list[list[float]], int | None]:
         data = list(getattr(response, "data", None) or [])

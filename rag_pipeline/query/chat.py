@@ -83,9 +83,7 @@ class OpenAIChat:
         self.base_url = base_url
         self.max_retries = max_retries
         self.max_output_tokens = max_output_tokens
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self.retry_after_max_s = retry_after_max_s
+        self.backoff = Backoff(backoff_base_s, backoff_max_s, retry_after_max_s)
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
@@ -138,15 +136,11 @@ class OpenAIChat:
                 raise ChatError(
                     f"the chat request to {where} gave up after {retries} retries: {description}"
                 ) from error
-            delay = self._backoff(retries, retry_after)
+            delay = self.backoff.delay(retries, retry_after, self._rng)
             log.warning("chat request failed (%s); retry %d/%d in %.2fs",
                         description, retries + 1, self.max_retries, delay)
             self._sleep(delay)
             retries += 1
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        return Backoff(self.backoff_base_s, self.backoff_max_s, self.retry_after_max_s).delay(
-            attempt, retry_after, self._rng)
 
     def _parse(self, response: Any, requests: int, retries: int) -> ChatReply:
         choices = list(getattr(response, "choices", None) or [])

@@ -89,6 +89,7 @@ def observations_of(conn: psycopg.Connection, page_url: str, limit: int) -> tupl
 
 def record_budget(conn: psycopg.Connection, budget_per_day: float, planned_per_day: float,
                   adaptive_pages: int, note: str) -> None:
+    """The newest refresh's allocation (what the `index` asset shows between refreshes)."""
     conn.execute(
         "INSERT INTO crawl_budget (refreshed_at, budget_per_day, planned_per_day, adaptive_pages, note)"
         " VALUES (now(), %s, %s, %s, %s) ON CONFLICT (only_row) DO UPDATE SET refreshed_at = now(),"
@@ -97,7 +98,7 @@ def record_budget(conn: psycopg.Connection, budget_per_day: float, planned_per_d
         (budget_per_day, planned_per_day, adaptive_pages, note))
 
 
-def schedule_figures(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, float | int]:
+def schedule_figures(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, float | int | str]:
     """The recrawl schedule for the `index` asset: spread of estimated change rates and of
     cadences over the live pages, pushes planned a day and made in the period, the budget."""
     rates, everies, planned = conn.execute(
@@ -110,10 +111,12 @@ def schedule_figures(conn: psycopg.Connection, since: datetime, until: datetime)
     rates, everies = rates or [0.0] * 3, everies or [0.0] * 3
     pushed = conn.execute("SELECT count(*) FROM pushes WHERE pushed_at >= %s AND pushed_at < %s",
                           (since, until)).fetchone()[0]
-    budget = conn.execute("SELECT budget_per_day FROM crawl_budget").fetchone()
+    budget = conn.execute("SELECT budget_per_day, adaptive_pages, note FROM crawl_budget").fetchone()
     figures: dict[str, float | int] = {}
     for name, values, digits in (("change_rate_{}_per_day", rates, 4), ("cadence_{}_hours", everies, 2)):
         for q, value in zip(("p10", "p50", "p90"), values):
             figures[name.format(q)] = round(float(value), digits)
     return {**figures, "pushes_planned_per_day": round(float(planned), 1), "pushes_in_period": pushed,
-            "crawl_budget_per_day": round(float(budget[0]), 1) if budget else 0.0}
+            "crawl_budget_per_day": round(float(budget[0]), 1) if budget else 0.0,
+            "pages_adaptive": budget[1] if budget else 0,
+            "crawl_budget_note": budget[2] if budget else ""}

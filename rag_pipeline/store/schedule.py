@@ -44,6 +44,7 @@ class Cadence:
     now: datetime
     change_rate: float | None = None     # estimated changes per second (adaptive cadence)
     why: str | None = None               # how the adaptive cadence derived recrawl_every
+    derived_at: datetime | None = None   # the refresh that last wrote them
 
 
 def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
@@ -96,7 +97,7 @@ def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timede
 def cadence_of(conn: psycopg.Connection, page_url: str) -> Cadence | None:
     row = conn.execute(
         "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at, now(),"
-        " change_rate, cadence_why FROM pages WHERE url = %s", (page_url,),
+        " change_rate, cadence_why, cadence_updated_at FROM pages WHERE url = %s", (page_url,),
     ).fetchone()
     return Cadence(*row) if row else None
 

@@ -78,6 +78,7 @@ def test_recrawl_sensor_crawls_what_changes_and_spares_what_does_not(gate, site,
     event = snapshot_event(conn, get_settings(), since, datetime.now(UTC))
     figures = {name: value.value for name, value in event.metadata.items()}
     assert figures["crawl_budget_per_day"] == 200 and figures["pushes_in_period"] == 11 * (ROUNDS + 1)
+    assert figures["pages_adaptive"] == 10 and figures["crawl_budget_note"] == ""     # the pinned page is not
     assert figures["cadence_p90_hours"] <= 2 and figures["cadence_p10_hours"] <= 1 < figures["cadence_p50_hours"]
     assert figures["change_rate_p90_per_day"] > figures["change_rate_p10_per_day"] > 0
     planned = sum(timedelta(days=1) / every for every, _, _ in rows.values())
@@ -86,5 +87,5 @@ def test_recrawl_sensor_crawls_what_changes_and_spares_what_does_not(gate, site,
     shown = CliRunner().invoke(cli, ["cadence", "show", site.url("/busy")])
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.output.split())
-    assert f"observations: {ROUNDS} ({ROUNDS} changed)" in text and "changes/day" in text
+    assert f"observations: {ROUNDS} ({ROUNDS} changed)" in text and "changes/day estimated 20" in text
     assert "budget" in text and "rule glob *" in text
