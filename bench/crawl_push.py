@@ -82,8 +82,6 @@ def bench_pushes(url: str, n: int) -> None:
 
 def bench_sensor(url: str, pages: int) -> None:
     from rag_pipeline.definitions import defs as build
-    from rag_pipeline.defs.crawl.resources import CrawlerResource
-    from rag_pipeline.defs.resources import PostgresResource
 
     with db.connection(url) as conn:
         conn.autocommit = True
@@ -99,12 +97,13 @@ def bench_sensor(url: str, pages: int) -> None:
         conn.execute("ANALYZE pages")
         print(f"  {pages} pages registered in {time.perf_counter() - started:.1f} s")
 
-    sensor = build().resolve_sensor_def("recrawl_sensor")
-    resources = {"postgres": PostgresResource(), "crawler": CrawlerResource()}
+    defs = build()
+    sensor = defs.resolve_sensor_def("recrawl_sensor")
 
     def tick(instance) -> tuple[float, int]:
         started = time.perf_counter()
-        result = sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+            result = sensor(context)
         elapsed = time.perf_counter() - started
         urls = sum(len(r.run_config["ops"]["push_pages"]["config"]["urls"]) for r in result.run_requests or [])
         return elapsed, urls

@@ -13,7 +13,6 @@ if __name__ == "__main__" and len(sys.argv) < 2:  # `make bench` runs every benc
 
 import dagster as dg  # noqa: E402
 
-from rag_pipeline.defs.resources import PostgresResource  # noqa: E402
 
 
 def main(seconds: float) -> None:
@@ -26,8 +25,8 @@ def main(seconds: float) -> None:
     ticks = runs = 0
     with dg.instance_for_test() as instance:
         while time.monotonic() < deadline:
-            context = dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource()})
-            result = sensor(context)
+            with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+                result = sensor(context)
             ticks += 1
             for request in result.dynamic_partitions_requests or []:
                 instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -257,10 +258,11 @@ class Settings(BaseSettings):
         return (self.answer_api_key or self.openai_api_key, self.answer_base_url or self.openai_base_url)
 
 
-def load_settings() -> Settings:
-    """Settings from the environment; a bad value is one line, never a pydantic traceback."""
+def load_settings(overrides: Mapping[str, object] | None = None) -> Settings:
+    """Settings from the environment, ``overrides`` (variable name → value) winning; a bad value
+    is one line, never a pydantic traceback."""
     try:
-        return Settings()
+        return Settings(**(overrides or {}))
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc)) from None
 

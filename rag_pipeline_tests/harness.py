@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import dagster as dg
@@ -11,7 +12,6 @@ import httpx
 
 from rag_pipeline.defs.index.batch import pages_of as batch_pages
 from rag_pipeline.defs.index.partitions import pages_partitions
-from rag_pipeline.defs.resources import PostgresResource
 
 TOKEN = "e2e-token"
 
@@ -32,6 +32,20 @@ def load_defs() -> dg.Definitions:
     from rag_pipeline.definitions import defs
 
     return defs()
+
+
+def code_location_resources() -> dict:
+    """The resources the code location binds: the same objects the daemon gives a sensor."""
+    return dict(load_defs().resources)
+
+
+def evaluate_sensor(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, *,
+                    cursor: str | None = None):
+    """One evaluation as the daemon makes it: the code location's resources set up for it (their
+    settings read, their clients made) and torn down after it."""
+    with dg.build_sensor_context(instance=instance, resources=code_location_resources(),
+                                 cursor=cursor) as context:
+        return sensor(context)
 
 
 @dataclass
@@ -56,9 +70,7 @@ class Pipeline:
         self.cursor: str | None = None
 
     def tick(self, *, execute: bool = True, expect_success: bool = True) -> Tick:
-        context = dg.build_sensor_context(instance=self.instance, resources={"postgres": PostgresResource()},
-                                          cursor=self.cursor)
-        result = self.sensor(context)
+        result = evaluate_sensor(self.sensor, self.instance, cursor=self.cursor)
         assert isinstance(result, dg.SensorResult)
         # What the daemon does with a tick's result: its cursor kept, its asset events recorded.
         self.cursor = result.cursor if result.cursor is not None else self.cursor
@@ -82,12 +94,12 @@ class Pipeline:
         sensor = self.defs.resolve_sensor_def("delivery_failure_sensor")
         failures = self.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
         assert failures, f"run {run.run_id} did not fail"
-        context = dg.build_run_status_sensor_context(
+        with dg.build_run_status_sensor_context(
             sensor_name=sensor.name, dagster_event=failures[-1].dagster_event,
             dagster_instance=self.instance, dagster_run=self.instance.get_run_by_id(run.run_id),
-            resources={"postgres": PostgresResource()},
-        ).for_run_failure()
-        sensor(context)
+            resources=code_location_resources(),
+        ).for_run_failure() as context:
+            sensor(context)
 
     def partitions(self) -> list[str]:
         return self.instance.get_dynamic_partitions(pages_partitions.name)
@@ -106,3 +118,22 @@ def deliver(base_url: str, url: str, markdown: str | bytes, *, original_status: 
     )
     resp.raise_for_status()
     return resp
+
+
+@contextmanager
+def openai_stack(database_url: str, monkeypatch, fake):
+    """The real receiver on loopback, the pipeline embedding through `fake` (256 dims), and a real
+    Dagster instance: (receiver URL, Pipeline)."""
+    from rag_pipeline.settings import Settings, get_settings
+    from rag_pipeline_tests.servers import serve
+    from webhook_sensor.app import create_app
+
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("EMBEDDING_PROVIDER", "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("EMBEDDING_DIMENSIONS", "256")
+    get_settings.cache_clear()
+    app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
+    with serve(app, health_path="/healthz") as base, dg.instance_for_test() as instance:
+        yield base, Pipeline(instance, load_defs())

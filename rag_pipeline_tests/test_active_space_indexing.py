@@ -13,12 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
 from rag_pipeline.embedders import local
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline.store import spaces
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
-from rag_pipeline_tests.harness import TOKEN, Pipeline, configure, deliver, load_defs
+from rag_pipeline_tests.harness import TOKEN, Pipeline, configure, evaluate_sensor, deliver, load_defs
 from rag_pipeline_tests.ingest.pagework import put
 from rag_pipeline_tests.servers import serve
 from webhook_sensor.app import create_app
@@ -150,8 +149,7 @@ def test_a_key_keeps_a_local_index_on_its_model_and_chunk_budget(database_url, c
             assert pipeline.tick().partitions == [URL]
             # The rechunk sensor finds nothing outdated: the budget is still the local model's.
             rechunk = defs.resolve_sensor_def("rechunk_sensor")
-            result = rechunk(dg.build_sensor_context(
-                instance=instance, resources={"postgres": PostgresResource(), "embedder": EmbedderResource()}))
+            result = evaluate_sensor(rechunk, instance)
             assert not result.run_requests, [r.partition_key for r in result.run_requests]
             assert fake.requests == 0
         assert switched(conn, URL) and live_spaces(conn, URL) == {local.MODEL_NAME}

@@ -13,7 +13,6 @@ import re
 import time
 import uuid
 
-import dagster as dg
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -25,12 +24,10 @@ from rag_pipeline.embedders.local import LocalEmbedder
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.routing import route_batch
-from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline.settings import get_settings
 from rag_pipeline.store import deliveries
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
-from rag_pipeline_tests.harness import TOKEN, Pipeline, configure, deliver, load_defs
-from rag_pipeline_tests.servers import serve
-from webhook_sensor.app import create_app
+from rag_pipeline_tests.harness import configure, deliver, openai_stack
 
 MAX = 10_000_000
 WEBHOOKS = "https://docs.example.com/webhooks"
@@ -81,16 +78,9 @@ def page_stamps(conn, url: str) -> tuple[str, str]:
 @pytest.fixture
 def stack(database_url, monkeypatch):
     """Real receiver, fake OpenAI (embeddings and chat, one key), real Dagster instance."""
-    with FakeOpenAI(dimensions=256, api_key="sk-test") as fake:
-        monkeypatch.setenv("DATABASE_URL", database_url)
-        monkeypatch.setenv("EMBEDDING_PROVIDER", "openai")
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        monkeypatch.setenv("EMBEDDING_DIMENSIONS", "256")
-        get_settings.cache_clear()
-        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
-        with serve(app, health_path="/healthz") as base, dg.instance_for_test() as instance:
-            yield base, fake, Pipeline(instance, load_defs())
+    with FakeOpenAI(dimensions=256, api_key="sk-test") as fake, \
+            openai_stack(database_url, monkeypatch, fake) as (base, pipeline):
+        yield base, fake, pipeline
 
 
 def test_ask_cites_only_live_pages_through_the_whole_pipeline(stack, conn, monkeypatch):

@@ -12,11 +12,9 @@ from click.testing import CliRunner
 from rag_pipeline.cli import main as cli
 from rag_pipeline.core.chunking import chunk_markdown
 from rag_pipeline.core.text import default_boilerplate_rules, normalize_markdown
-from rag_pipeline.settings import Settings, get_settings
+from rag_pipeline.settings import get_settings
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
-from rag_pipeline_tests.harness import TOKEN, Pipeline, deliver, load_defs
-from rag_pipeline_tests.servers import serve
-from webhook_sensor.app import create_app
+from rag_pipeline_tests.harness import deliver, openai_stack
 
 A_URL = "https://docs.example.com/guide/"
 A_KEY = "https://docs.example.com/guide"
@@ -55,16 +53,8 @@ def embed_texts(markdown: str, url: str) -> set[str]:
 @pytest.fixture
 def stack(database_url, monkeypatch):
     """Real receiver on loopback, fake OpenAI on loopback, real Dagster instance."""
-    with FakeOpenAI(dimensions=256) as fake:
-        monkeypatch.setenv("DATABASE_URL", database_url)
-        monkeypatch.setenv("EMBEDDING_PROVIDER", "openai")
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        monkeypatch.setenv("EMBEDDING_DIMENSIONS", "256")
-        get_settings.cache_clear()
-        app = create_app(Settings(WEBHOOK_TOKEN=TOKEN), database_url=database_url)
-        with serve(app, health_path="/healthz") as base, dg.instance_for_test() as instance:
-            yield base, fake, Pipeline(instance, load_defs())
+    with FakeOpenAI(dimensions=256) as fake, openai_stack(database_url, monkeypatch, fake) as (base, pipeline):
+        yield base, fake, pipeline
 
 
 def page_row(conn, url):

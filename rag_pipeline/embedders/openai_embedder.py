@@ -19,9 +19,10 @@ from typing import Any
 
 import openai
 
-from rag_pipeline.core.retrying import Backoff, is_retryable_status, parse_retry_after
+from rag_pipeline.core.retrying import Backoff
 from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens
 from rag_pipeline.embedders.base import EmbeddingError, EmbedResult, IncompleteEmbeddingError, PoisonedInputError
+from rag_pipeline.openai_calls import Retrying, Tries
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,6 @@ def _supports_dimensions(model: str) -> bool:
     return model.startswith("text-embedding-3")
 
 
-def _error_reason(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return str(body) if body else exc.message
-
-
 class _InputRejected(Exception):
     """A 400 that may be caused by the inputs of the request (so bisecting can find them)."""
 
@@ -59,11 +53,9 @@ class _InputRejected(Exception):
 
 
 @dataclass
-class _CallState:
-    vectors: list[list[float] | None]
+class _CallState(Tries):
+    vectors: list[list[float] | None] = field(default_factory=list)
     tokens: int = 0
-    requests: int = 0
-    retries: int = 0
     rejected: dict[int, str] = field(default_factory=dict)
 
 
@@ -110,17 +102,20 @@ class OpenAIEmbedder:
         self.dimensions: int = dimensions if dimensions is not None else native  # type: ignore[assignment]
         # Sent only when asked for, and only to models that accept it.
         self._send_dimensions = dimensions is not None and _supports_dimensions(model)
-        self.max_retries = max_retries
         self.max_inputs_per_request = max_inputs_per_request
         self.max_tokens_per_request = max_tokens_per_request
-        self.backoff = Backoff(backoff_base_s, backoff_max_s, retry_after_max_s)
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self.retrying = Retrying("embedding request", EmbeddingError, max_retries,
+                                 Backoff(backoff_base_s, backoff_max_s, retry_after_max_s), log, sleep,
+                                 rng or random.Random(), timeout_hint="EMBEDDING_TIMEOUT_S")
         self._client = openai.OpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0
         )
 
     # -- public ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the HTTP connections (the resource closes its embedders when a run ends)."""
+        self._client.close()
 
     def embed(self, texts: list[str]) -> EmbedResult:
         """Embed all texts, or raise: EmbeddingError (nothing usable) or PoisonedInputError (partial)."""
@@ -228,45 +223,18 @@ class OpenAIEmbedder:
         kwargs: dict[str, Any] = {"model": self.model, "input": inputs}
         if self._send_dimensions:
             kwargs["dimensions"] = self.dimensions
-        attempt = 0
-        while True:
-            state.requests += 1
-            retry_after: float | None = None
-            try:
-                response = self._client.embeddings.create(**kwargs)
-                return self._parse(response, len(inputs))
-            except openai.APIStatusError as exc:
-                status, reason = exc.status_code, _error_reason(exc)
-                if status == 400:
-                    # A 400 about a request parameter is our configuration, not an input.
-                    if exc.param and exc.param != "input":
-                        raise EmbeddingError(f"embedding request refused (param {exc.param!r}): {reason}") from exc
-                    raise _InputRejected(reason) from exc
-                if status == 429 and exc.code == "insufficient_quota":
-                    raise EmbeddingError(f"OpenAI quota exhausted (HTTP 429 insufficient_quota): {reason}") from exc
-                if not is_retryable_status(status):
-                    raise EmbeddingError(f"embedding request failed with HTTP {status}: {reason}") from exc
-                error: Exception = exc
-                description = f"HTTP {status}: {reason}"
-                retry_after = parse_retry_after(exc.response.headers)
-            except openai.APITimeoutError as exc:
-                error, description = exc, "timed out"
-            except openai.APIConnectionError as exc:
-                error, description = exc, f"connection error: {exc.__cause__ or exc}"
-            except openai.OpenAIError as exc:
-                raise EmbeddingError(f"embedding request failed: {exc}") from exc
-            if attempt >= self.max_retries:
-                raise EmbeddingError(
-                    f"embedding request gave up after {attempt} retries "
-                    f"({state.requests} requests so far): {description}"
-                ) from error
-            delay = self.backoff.delay(attempt, retry_after, self._rng)
-            log.warning(
-                "embedding request failed (%s); retry %d/%d in %.2fs", description, attempt + 1, self.max_retries, delay
-            )
-            self._sleep(delay)
-            attempt += 1
-            state.retries += 1
+
+        def refuse(exc: openai.APIStatusError, reason: str) -> Exception | None:
+            if exc.status_code != 400:
+                return None
+            # A 400 about a request parameter is our configuration, not an input.
+            if exc.param and exc.param != "input":
+                return EmbeddingError(f"embedding request refused (param {exc.param!r}): {reason}")
+            return _InputRejected(reason)
+
+        response = self.retrying.call(lambda: self._client.embeddings.create(**kwargs), tries=state,
+                                      refuse=refuse, detail=lambda t: f" ({t.requests} requests so far)")
+        return self._parse(response, len(inputs))
 
     def _parse(self, response: Any, expected: int) -> tuple[list[list[float]], int | None]:
         data = list(getattr(response, "data", None) or [])

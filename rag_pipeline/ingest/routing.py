@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import content_hash, normalize_markdown
@@ -21,12 +22,6 @@ from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.store import aliases, deliveries, pages, pushes
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class QueuedPage:
-    page_url: str
-    delivery_id: int
 
 
 @dataclass(frozen=True)
@@ -43,7 +38,7 @@ class Settled:
 
 @dataclass
 class RoutingResult:
-    queued: list[QueuedPage] = field(default_factory=list)
+    queued: list[WorkItem] = field(default_factory=list)   # new or changed: for a batch run
     outcomes: Counter = field(default_factory=Counter)
     settled: list[Settled] = field(default_factory=list)
     #: Redirects recorded this time: target page → (the URL that redirects to it, the delivery).
@@ -173,7 +168,7 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> 
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
     deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, text_hash=digest,
                     crawled_at=crawled_at)
-    result.queued.append(QueuedPage(page_url, delivery.id))
+    result.queued.append(WorkItem(page_url, delivery.id))
     return "queued"
 
 

@@ -1,10 +1,8 @@
 """An OpenAI-compatible chat completions client for answers, with the retries decided here.
 
-Configured like the embedder (rag_pipeline/embedders/openai_embedder.py): the official client
-with its own retries off, so one place decides what is retried and how long to wait. 408, 409,
-429 and 5xx answers, timeouts and connection errors are retried with exponential backoff and full
-jitter, or after the server's Retry-After; a 429 for an exhausted quota, and 400/401/403/404, fail
-at once with a message that says what to change. Nothing is streamed: the reply is parsed once whole.
+Configured like the embedder: the official client with its own retries off, and the retry loop
+both share (rag_pipeline/openai_calls.py) deciding what is retried and how long to wait; 400, 401,
+403 and 404 fail at once with a message that says what to change. Nothing is streamed: the reply is parsed once whole.
 
 Only what every compatible server accepts is sent (`model`, `messages`, and
 `max_completion_tokens` when asked for): reasoning models refuse `temperature` and `max_tokens`.
@@ -21,7 +19,8 @@ from typing import Any
 
 import openai
 
-from rag_pipeline.core.retrying import Backoff, is_retryable_status, parse_retry_after
+from rag_pipeline.core.retrying import Backoff
+from rag_pipeline.openai_calls import Retrying, Tries
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +49,6 @@ def _is_retryable_status(status: int) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
-def _reason(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return str(body) if body else exc.message
-
-
 class OpenAIChat:
     """`complete(messages)` against /v1/chat/completions, retried and counted here."""
 
@@ -81,11 +73,10 @@ class OpenAIChat:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.model = model
         self.base_url = base_url
-        self.max_retries = max_retries
         self.max_output_tokens = max_output_tokens
-        self.backoff = Backoff(backoff_base_s, backoff_max_s, retry_after_max_s)
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self.retrying = Retrying("the chat request", ChatError, max_retries,
+                                 Backoff(backoff_base_s, backoff_max_s, retry_after_max_s), log, sleep,
+                                 rng or random.Random(), timeout_hint="ANSWER_TIMEOUT_S")
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
     def close(self) -> None:
@@ -97,50 +88,24 @@ class OpenAIChat:
         if self.max_output_tokens is not None:
             kwargs["max_completion_tokens"] = self.max_output_tokens
         where = self.base_url or "the OpenAI API"
-        requests = retries = 0
-        while True:
-            requests += 1
-            retry_after: float | None = None
-            try:
-                response = self._client.chat.completions.create(**kwargs)
-                return self._parse(response, requests, retries)
-            except openai.APIStatusError as exc:
-                status, reason = exc.status_code, _reason(exc)
-                if status in (401, 403):
-                    raise ChatError(
-                        f"the chat endpoint at {where} refused the API key (HTTP {status}): {reason}; "
-                        "check ANSWER_API_KEY (or OPENAI_API_KEY, which it falls back to)"
-                    ) from exc
-                if status == 404:
-                    raise ChatError(
-                        f"the chat endpoint at {where} answered 404 for model {self.model!r}: {reason}; "
-                        "check ANSWER_MODEL and ANSWER_BASE_URL"
-                    ) from exc
-                if status == 400:
-                    param = f", param {exc.param!r}" if exc.param else ""
-                    raise ChatError(f"the chat request was refused (HTTP 400{param}): {reason}") from exc
-                if status == 429 and exc.code == "insufficient_quota":
-                    raise ChatError(f"chat quota exhausted (HTTP 429 insufficient_quota): {reason}") from exc
-                if not is_retryable_status(status):
-                    raise ChatError(f"the chat request failed with HTTP {status}: {reason}") from exc
-                error: Exception = exc
-                description = f"HTTP {status}: {reason}"
-                retry_after = parse_retry_after(exc.response.headers)
-            except openai.APITimeoutError as exc:
-                error, description = exc, "timed out (ANSWER_TIMEOUT_S)"
-            except openai.APIConnectionError as exc:
-                error, description = exc, f"connection error: {exc.__cause__ or exc}"
-            except openai.OpenAIError as exc:
-                raise ChatError(f"the chat request failed: {exc}") from exc
-            if retries >= self.max_retries:
-                raise ChatError(
-                    f"the chat request to {where} gave up after {retries} retries: {description}"
-                ) from error
-            delay = self.backoff.delay(retries, retry_after, self._rng)
-            log.warning("chat request failed (%s); retry %d/%d in %.2fs",
-                        description, retries + 1, self.max_retries, delay)
-            self._sleep(delay)
-            retries += 1
+
+        def refuse(exc: openai.APIStatusError, reason: str) -> Exception | None:
+            status = exc.status_code
+            if status in (401, 403):
+                return ChatError(f"the chat endpoint at {where} refused the API key (HTTP {status}): {reason}; "
+                                 "check ANSWER_API_KEY (or OPENAI_API_KEY, which it falls back to)")
+            if status == 404:
+                return ChatError(f"the chat endpoint at {where} answered 404 for model {self.model!r}: {reason}; "
+                                 "check ANSWER_MODEL and ANSWER_BASE_URL")
+            if status == 400:
+                param = f", param {exc.param!r}" if exc.param else ""
+                return ChatError(f"the chat request was refused (HTTP 400{param}): {reason}")
+            return None
+
+        tries = Tries()
+        response = self.retrying.call(lambda: self._client.chat.completions.create(**kwargs), tries=tries,
+                                      refuse=refuse, what=f"the chat request to {where}")
+        return self._parse(response, tries.requests, tries.retries)
 
     def _parse(self, response: Any, requests: int, retries: int) -> ChatReply:
         choices = list(getattr(response, "choices", None) or [])

@@ -162,17 +162,25 @@ def _nothing(walked: int) -> None:
 def prune_deliveries(conn: psycopg.Connection, cutoff: datetime, *, push_lookback: datetime,
                      batch_size: int, dry_run: bool = False, on_progress: Progress = _nothing) -> tuple[int, int]:
     """Delete settled deliveries received before `cutoff`; returns (rows, transactions)."""
-    verb = "SELECT count(*) FROM deliveries d WHERE " if dry_run else "DELETE FROM deliveries d WHERE "
-    params = {"cutoff": cutoff, "push_lookback": push_lookback, "batch": batch_size, "after": 0,
-              "settled": list(SETTLED_OUTCOMES)}
+    return _walk_by_id(conn, "deliveries d", _DELIVERY_RANGE, _DELIVERY_PRUNABLE,
+                       {"cutoff": cutoff, "push_lookback": push_lookback, "settled": list(SETTLED_OUTCOMES)},
+                       batch_size, dry_run, on_progress)
+
+
+def _walk_by_id(conn: psycopg.Connection, table: str, range_sql: str, prunable_sql: str, params: dict,
+                batch_size: int, dry_run: bool, on_progress: Progress) -> tuple[int, int]:
+    """Prune `table` one id range at a time, each range in its own short transaction, until the
+    range that reaches rows newer than the cutoff (ids grow with time: nothing after it is old)."""
+    verb = f"SELECT count(*) FROM {table} WHERE " if dry_run else f"DELETE FROM {table} WHERE "
+    params = {**params, "batch": batch_size, "after": 0}
     total = batches = walked = 0
     while True:
         with conn.transaction():
             _short_locks(conn)
-            upto, reached_new, rows = conn.execute(_DELIVERY_RANGE, params, prepare=False).fetchone()
+            upto, reached_new, rows = conn.execute(range_sql, params, prepare=False).fetchone()
             if upto is None:
                 break
-            total += _count(conn.execute(verb + _DELIVERY_PRUNABLE, {**params, "upto": upto}, prepare=False),
+            total += _count(conn.execute(verb + prunable_sql, {**params, "upto": upto}, prepare=False),
                             dry_run)
         batches += 1
         walked += rows
@@ -201,24 +209,8 @@ _PUSH_PRUNABLE = """
 def prune_pushes(conn: psycopg.Connection, cutoff: datetime, *, batch_size: int,
                  dry_run: bool = False, on_progress: Progress = _nothing) -> tuple[int, int]:
     """Delete finished pushes made before `cutoff`; returns (rows, transactions)."""
-    verb = "SELECT count(*) FROM pushes p WHERE " if dry_run else "DELETE FROM pushes p WHERE "
-    params = {"cutoff": cutoff, "batch": batch_size, "after": 0}
-    total = batches = walked = 0
-    while True:
-        with conn.transaction():
-            _short_locks(conn)
-            upto, reached_new, rows = conn.execute(_PUSH_RANGE, params, prepare=False).fetchone()
-            if upto is None:
-                break
-            total += _count(conn.execute(verb + _PUSH_PRUNABLE, {**params, "upto": upto}, prepare=False),
-                            dry_run)
-        batches += 1
-        walked += rows
-        on_progress(walked)
-        params["after"] = upto
-        if reached_new:
-            break
-    return total, batches
+    return _walk_by_id(conn, "pushes p", _PUSH_RANGE, _PUSH_PRUNABLE, {"cutoff": cutoff},
+                       batch_size, dry_run, on_progress)
 
 
 # --- vectors ----------------------------------------------------------------------------------

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dagster as dg
 
-from rag_pipeline.defs.crawl.resources import CrawlerResource
-from rag_pipeline.defs.resources import PostgresResource
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import pushes
-from rag_pipeline_tests.harness import load_defs
+from rag_pipeline_tests.harness import evaluate_sensor, load_defs
 
 
 def test_recrawl_sensor_expires_pushes_a_dead_run_left_pending(database_url, conn, monkeypatch):
@@ -27,8 +25,7 @@ def test_recrawl_sensor_expires_pushes_a_dead_run_left_pending(database_url, con
 
     sensor = load_defs().resolve_sensor_def("recrawl_sensor")
     with dg.instance_for_test() as instance:
-        sensor(dg.build_sensor_context(
-            instance=instance, resources={"postgres": PostgresResource(), "crawler": CrawlerResource()}))
+        evaluate_sensor(sensor, instance)
 
     rows = {r[0]: r[1:] for r in conn.execute("SELECT push_id, result, error, rid FROM pushes")}
     assert rows[dead][0] == "failed" and "ended before finishing" in rows[dead][1]

@@ -9,20 +9,14 @@ import json
 import dagster as dg
 
 from rag_pipeline.crawl.health import CRAWLER_NOT_PAUSED, PUSHES_DELIVERED
-from rag_pipeline.defs.crawl.resources import CrawlerResource
-from rag_pipeline.defs.resources import PostgresResource
 from rag_pipeline.settings import get_settings
 from rag_pipeline_tests.crawl.conftest import make_sim
-from rag_pipeline_tests.harness import Pipeline, load_defs
+from rag_pipeline_tests.harness import Pipeline, evaluate_sensor, load_defs
 from rag_pipeline_tests.waiting import wait_until
 
 
 def html(title: str, text: str) -> str:
     return f"<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{text}</p></body></html>"
-
-
-def resources():
-    return {"postgres": PostgresResource(), "crawler": CrawlerResource()}
 
 
 class Crawl:
@@ -33,7 +27,7 @@ class Crawl:
 
     def recrawl_tick(self) -> list[str]:
         sensor = self.defs.resolve_sensor_def("recrawl_sensor")
-        result = sensor(dg.build_sensor_context(instance=self.instance, resources=resources()))
+        result = evaluate_sensor(sensor, self.instance)
         urls = []
         for request in result.run_requests or []:
             outcome = self.defs.resolve_job_def("push").execute_in_process(
@@ -49,7 +43,7 @@ class Crawl:
 
     def health(self, cursor=None) -> dict[str, dg.AssetCheckEvaluation]:
         sensor = self.defs.resolve_sensor_def("crawler_health_sensor")
-        result = sensor(dg.build_sensor_context(instance=self.instance, resources=resources(), cursor=cursor))
+        result = evaluate_sensor(sensor, self.instance, cursor=cursor)
         return {e.check_name: e for e in result.asset_events}
 
     def settle(self) -> None:

@@ -88,16 +88,13 @@ def test_recrawl_sensor_hands_each_due_time_to_its_push_run(gate, database_url, 
     import dagster as dg
 
     from rag_pipeline.crawl.site import LoopbackSite
-    from rag_pipeline.defs.crawl.resources import CrawlerResource
-    from rag_pipeline.defs.resources import PostgresResource
     from rag_pipeline.settings import get_settings
-    from rag_pipeline_tests.harness import load_defs
+    from rag_pipeline_tests.harness import evaluate_sensor, load_defs
 
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("CRAWLER", "local")
     monkeypatch.setenv("CRAWLER_CALLBACK_URL", gate.webhook_url)
     get_settings.cache_clear()
-    resources = {"postgres": PostgresResource(), "crawler": CrawlerResource()}
     with LoopbackSite() as site, dg.instance_for_test() as instance, db.connection(database_url) as conn:
         conn.autocommit = True
         site.set_page("/pricing", "<html><body><p>Four dollars.</p></body></html>")
@@ -108,10 +105,10 @@ def test_recrawl_sensor_hands_each_due_time_to_its_push_run(gate, database_url, 
         due_at, = conn.execute("SELECT next_crawl_at FROM pages").fetchone()
         defs = load_defs()
         sensor = defs.resolve_sensor_def("recrawl_sensor")
-        result = sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        result = evaluate_sensor(sensor, instance)
         request, = result.run_requests
         outcome = defs.resolve_job_def("push").execute_in_process(
-            run_config=request.run_config, instance=instance, resources=resources)
+            run_config=request.run_config, instance=instance)
         assert outcome.success
         assert conn.execute("SELECT result FROM pushes").fetchone()[0] == "pushed"
         assert conn.execute("SELECT next_crawl_at FROM pages").fetchone()[0] == due_at + timedelta(minutes=2)

@@ -56,8 +56,9 @@ def test_the_embeddings_asset_shows_the_configured_embedders_kind(provider, kind
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "OPENAI_"))}
     env.update(EMBEDDING_PROVIDER=provider, OPENAI_API_KEY="sk-test")
     shown = subprocess.run(
-        [sys.executable, "-c", "from rag_pipeline.defs.index.assets import embeddings as e; "
-                               "print(' '.join(sorted(e.specs_by_key[e.key].kinds)))"],
+        [sys.executable, "-W", "ignore", "-c",
+         "import dagster as dg; from rag_pipeline.definitions import defs; "
+         "print(' '.join(sorted(defs().resolve_asset_graph().get(dg.AssetKey('embeddings')).kinds)))"],
         env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     kinds = shown.stdout.split()

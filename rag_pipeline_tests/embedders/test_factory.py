@@ -61,7 +61,7 @@ def test_openai_is_chosen_with_a_key_and_follows_the_settings() -> None:
                                       EMBEDDING_MODEL="text-embedding-3-large", EMBEDDING_DIMENSIONS=1024,
                                       EMBEDDING_MAX_RETRIES=2))
     assert isinstance(embedder, OpenAIEmbedder)
-    assert (embedder.model, embedder.dimensions, embedder.max_retries) == ("text-embedding-3-large", 1024, 2)
+    assert (embedder.model, embedder.dimensions, embedder.retrying.max_retries) == ("text-embedding-3-large", 1024, 2)
 
 
 # -- the embedder of an existing space (how questions are embedded) --------------------------

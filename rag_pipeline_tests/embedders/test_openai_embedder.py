@@ -278,7 +278,7 @@ def test_backoff_is_full_jitter_under_an_exponential_cap() -> None:
     embedder = OpenAIEmbedder("text-embedding-3-small", api_key="k", backoff_base_s=0.5, backoff_max_s=4.0,
                               rng=random.Random(1))
     for attempt in range(8):
-        waits = [embedder.backoff.delay(attempt, None, embedder._rng) for _ in range(200)]
+        waits = [embedder.retrying.backoff.delay(attempt, None, embedder.retrying.rng) for _ in range(200)]
         cap = min(4.0, 0.5 * 2**attempt)
         assert all(0.0 <= w <= cap for w in waits)
         assert max(waits) > 0.8 * cap  # spread over the whole range, not a fixed delay

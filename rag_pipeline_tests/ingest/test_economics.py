@@ -17,7 +17,7 @@ from rag_pipeline.ingest import backfill, indexing
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import db, search, spaces
-from rag_pipeline_tests.harness import Pipeline, batch_pages, load_defs
+from rag_pipeline_tests.harness import Pipeline, batch_pages, evaluate_sensor, load_defs
 from rag_pipeline_tests.ingest.pagework import MAX, CountingEmbedder, doc, index, put
 
 def test_same_text_on_two_urls_is_embedded_once_and_both_are_cited(db_conn):
@@ -150,13 +150,10 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert "3 page(s) to re-chunk" in shown.stdout
 
         sensor = pipeline.defs.resolve_sensor_def("rechunk_sensor")
-        context = dg.build_sensor_context(instance=instance, resources={
-            "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})
-        requests = sensor(context).run_requests
+        requests = evaluate_sensor(sensor, instance).run_requests
         assert len(requests) == 1 and sorted(batch_pages(requests[0])) == urls   # one batch run
         # A second look while the batch holds the pages finds nothing to add.
-        assert not sensor(dg.build_sensor_context(instance=instance, resources={
-            "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})).run_requests
+        assert not evaluate_sensor(sensor, instance).run_requests
         outcome = pipeline.job.execute_in_process(run_config=requests[0].run_config, instance=instance,
                                                   tags=requests[0].tags)
         assert outcome.success
@@ -171,9 +168,7 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert dict(conn.execute("SELECT url, last_verified_at FROM pages").fetchall()) == verified_before
         assert {r[0] for r in conn.execute("SELECT DISTINCT chunker_version FROM chunks").fetchall()} == {
             chunking.chunker_signature(512, 64)}
-        context = dg.build_sensor_context(instance=instance, resources={
-            "postgres": load_defs().resources["postgres"], "embedder": load_defs().resources["embedder"]})
-        assert not sensor(context).run_requests
+        assert not evaluate_sensor(sensor, instance).run_requests
         replan = json.loads(CliRunner().invoke(cli, ["backfill", "plan", "--json"]).output)
         assert replan["pages"] == 0
 

@@ -126,8 +126,6 @@ def _straddling_page(db_conn, database_url):
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from rag_pipeline.ingest import indexing
-
     url = "https://example.com/straddle"
     new = _changed_during_a_build(db_conn, url, CountingEmbedder())
 
@@ -196,7 +194,6 @@ def test_a_flip_started_during_a_switch_waits_for_it_and_catches_up_on_its_texts
     import threading
 
     import psycopg
-    from pgvector.psycopg import register_vector
 
     from rag_pipeline.ingest import indexing
 

@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 
-import pytest
 
 from rag_pipeline_tests.webhook.conftest import TOKEN
 

@@ -3,8 +3,7 @@
 import dagster as dg
 
 from rag_pipeline.crawl import health
-from rag_pipeline.defs.crawl.resources import CrawlerResource
-from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.defs.resources import CrawlerResource, PostgresResource
 from rag_pipeline.store import pushes, schedule
 
 PAGES = dg.AssetKey("pages")

@@ -9,8 +9,7 @@ import dagster as dg
 
 from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
 from rag_pipeline.crawl.pushing import push_targets, register_seeds
-from rag_pipeline.defs.crawl.resources import CrawlerResource
-from rag_pipeline.defs.resources import PostgresResource
+from rag_pipeline.defs.resources import CrawlerResource, PostgresResource
 from rag_pipeline.store import schedule
 
 

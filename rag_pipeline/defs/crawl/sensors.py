@@ -12,27 +12,33 @@ from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence import load_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import push_job, push_run_config
-from rag_pipeline.defs.crawl.resources import CrawlerResource
-from rag_pipeline.defs.resources import PostgresResource
-from rag_pipeline.settings import get_settings
+from rag_pipeline.defs.resources import CrawlerResource, PostgresResource
+from rag_pipeline.settings import Settings, SettingsError, load_settings
 from rag_pipeline.store import pushes, schedule
 
 # A claimed page is due again after this if its push run never recorded the push.
 CLAIM_LEASE = timedelta(minutes=10)
 
 
-@dg.sensor(
-    job=push_job,
-    minimum_interval_seconds=get_settings().recrawl_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description=(
-        "Pushes the pages whose next_crawl_at has passed (each page by its own recrawl_every), "
-        "RECRAWL_BATCH_SIZE per tick, as one run of the `push` job. Pages first seen through a "
-        "delivery get their cadence from cadence.yaml here; every CADENCE_REFRESH_S each adaptable "
-        "page's cadence is derived again from its estimated change rate and the crawl budget."
-    ),
-)
-def recrawl_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
+def recrawl_sensor_every(interval_s: int) -> dg.SensorDefinition:
+    """recrawl_sensor, ticking every `interval_s` (RECRAWL_INTERVAL_S: Dagster fixes a sensor's
+    interval when the code location loads)."""
+    return dg.sensor(
+        name="recrawl_sensor",
+        job=push_job,
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Pushes the pages whose next_crawl_at has passed (each page by its own recrawl_every), "
+            "RECRAWL_BATCH_SIZE per tick, as one run of the `push` job. Pages first seen through a "
+            "delivery get their cadence from cadence.yaml here; every CADENCE_REFRESH_S each "
+            "adaptable page's cadence is derived again from its estimated change rate and the "
+            "crawl budget."
+        ),
+    )(push_due_pages)
+
+
+def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResource,
                    crawler: CrawlerResource) -> dg.SensorResult:
     settings = crawler.settings()
     rules = load_rules(settings.cadence_file)
@@ -79,3 +85,12 @@ def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: Postgre
         asset_events=[to_evaluation(o) for o in outcomes],
         cursor=json.dumps({"waiting": (history + [waiting])[-10:]}),
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    try:
+        interval_s = load_settings().recrawl_interval_s
+    except SettingsError:   # the bad setting fails the sensor's ticks, with its message, not the code location
+        interval_s = Settings.model_fields["recrawl_interval_s"].default
+    return dg.Definitions(sensors=[recrawl_sensor_every(interval_s), crawler_health_sensor])

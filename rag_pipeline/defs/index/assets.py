@@ -15,22 +15,17 @@ from rag_pipeline.core.chunking import CHUNKER_VERSION
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import pages_partitions
-from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest import batch
 from rag_pipeline.ingest.batch import Failed, RetryPolicy
 from rag_pipeline.ingest.failures import classify
-from rag_pipeline.settings import SettingsError, get_settings
+from rag_pipeline.settings import SettingsError, load_settings
 
 GROUP = "index"
+# The assets' keys, for the modules that select or report them: the definitions themselves are
+# only `defs`' below (the loader would take an imported copy for a second asset).
+PAGES, CHUNKS, EMBEDDINGS = dg.AssetKey("pages"), dg.AssetKey("chunks"), dg.AssetKey("embeddings")
 
-
-def _embedder_kind() -> str:
-    from rag_pipeline.embedders.factory import provider_kind
-
-    try:
-        return provider_kind(get_settings())
-    except SettingsError:   # a bad setting is reported where it is used, not by a failing code location
-        return "embeddings"
 
 # A backfill from the UI (or a launched partition range) runs up to this many pages a run, as
 # contiguous ranges of the `pages` partitions, not a run a page. Dagster cuts runs by this policy
@@ -88,17 +83,18 @@ def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: li
     backfill_policy=ranged_backfill,
     kinds={"postgres"},
 )
-def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+def pages(context: dg.AssetExecutionContext, postgres: PostgresResource,
+          settings: SettingsResource) -> dg.MaterializeResult:
     """The newest crawled content of a page, normalized: the source every chunk is cut from.
 
     Kept in full so that a new chunker re-cuts pages without recrawling them.
     """
-    settings = get_settings()
+    current = settings.get()
     done: dict[str, dict] = {}
     failed: list[Failed] = []
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        for event in batch.take_sources(conn, context.partition_keys, settings.webhook_max_page_bytes,
-                                        RetryPolicy.from_settings(settings)):
+        for event in batch.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
+                                        RetryPolicy.from_settings(current)):
             if isinstance(event, Failed):
                 failed.append(event)
             else:
@@ -115,7 +111,8 @@ def pages(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.M
     kinds={"postgres"},
 )
 def chunks(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
+    settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """A page cut into passages at headings and paragraph breaks, each small enough to embed.
 
@@ -126,7 +123,7 @@ def chunks(
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
         # Sized to the model the pages will be embedded with: the active space's.
         for event in batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
-                                       RetryPolicy.from_settings(get_settings())):
+                                       RetryPolicy.from_settings(settings.get())):
             if isinstance(event, Failed):
                 failed.append(event)
             else:
@@ -139,14 +136,15 @@ def chunks(
     group_name=GROUP,
     backfill_policy=ranged_backfill,
     deps=[chunks],
-    # The configured embedder's kind (read when the code location loads: restart it after a change).
-    kinds={"postgres", "pgvector", _embedder_kind()},
+    # Plus the configured embedder's kind, added by `defs` below.
+    kinds={"postgres", "pgvector"},
     pool="embedding_api",
     # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
     # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.
 )
 def embeddings(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
+    settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """What search sees of a page: its chunks with a vector each in the active embedding space.
 
@@ -159,9 +157,27 @@ def embeddings(
     seen: dict = {}
     with postgres.connect() as conn, _failures_a_retry_cannot_fix():
         for event in batch.switch_pages(conn, context.partition_keys, embedder.for_space,
-                                        context.run_id, RetryPolicy.from_settings(get_settings())):
+                                        context.run_id, RetryPolicy.from_settings(settings.get())):
             if isinstance(event, Failed):
                 failed.append(event)
                 continue
             done[event.page_url] = switch_metadata(conn, event.result, embedder, seen, context.log)
     return _result(context, done, failed)
+
+
+def _embedder_kind() -> str:
+    from rag_pipeline.embedders.factory import provider_kind
+
+    try:
+        return provider_kind(load_settings())
+    except SettingsError:   # a bad setting is reported where it is used, not by a failing code location
+        return "embeddings"
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    # The embedder's kind is the configured one, read when the code location loads (restart it
+    # after a change), never when this module is imported.
+    kind = _embedder_kind()
+    return dg.Definitions(assets=[pages, chunks, *dg.map_asset_specs(
+        lambda spec: spec.merge_attributes(kinds={kind}), [embeddings])])

@@ -18,18 +18,17 @@ from typing import Optional
 import dagster as dg
 
 from rag_pipeline.core.batching import WorkItem, plan_batches
-from rag_pipeline.defs.index.assets import chunks, embeddings, pages, pages_failed
+from rag_pipeline.defs.index.assets import CHUNKS, EMBEDDINGS, PAGES, pages_failed
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.recovery import BATCH_TAG, Heartbeat
-from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
-from rag_pipeline.settings import get_settings
 from rag_pipeline.store import batches
 from rag_pipeline.store import pages as pages_store
 
 PAGES_TAG = "rag/pages"
-_FAILED_STEP_ASSET = {"pages": pages.key, "chunks": chunks.key, "embeddings": embeddings.key}
+_FAILED_STEP_ASSET = {"pages": PAGES, "chunks": CHUNKS, "embeddings": EMBEDDINGS}
 
 
 class BatchConfig(dg.Config):
@@ -88,20 +87,20 @@ def batch_run_config(batch_key: str, items: list[WorkItem], *, rechunk: bool = F
     tags={"kind": "postgres"},
 )
 def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: PostgresResource,
-                embedder: EmbedderResource):
+                embedder: EmbedderResource, settings: SettingsResource):
     """Apply each page's newest crawl as a page run would (source → chunks → vectors, one switch per
     page), the embedding requests shared across pages; a page's failure fails that page alone."""
     items = config.items()
-    settings = get_settings()
+    current = settings.get()
     counts: Counter = Counter()
     failed: list[Failed] = []
     noted: dict = {}   # the spaces seen in this run, and whether their note was logged
     writer = EventWriter(context)
-    with postgres.connect() as conn, _beating(context, conn, postgres, config.batch_key, settings):
+    with postgres.connect() as conn, _beating(context, conn, postgres, config.batch_key, current):
         events = apply_batch(
             conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
-            chunk_budget=embedder.chunk_budget, max_page_bytes=settings.webhook_max_page_bytes,
-            retry=RetryPolicy.from_settings(settings), run_id=context.run_id, rechunk=config.rechunk,
+            chunk_budget=embedder.chunk_budget, max_page_bytes=current.webhook_max_page_bytes,
+            retry=RetryPolicy.from_settings(current), run_id=context.run_id, rechunk=config.rechunk,
         )
         try:
             for event in events:
@@ -140,14 +139,14 @@ def _report(context, conn, embedder, writer: EventWriter, event, failed: list, n
     """One step of one page, as the UI shows it: a materialization on the page's partition, or an
     observation with `status: failed` on the asset whose step failed."""
     if isinstance(event, Sourced):
-        writer.add(dg.AssetMaterialization(asset_key=pages.key, partition=event.page_url,
+        writer.add(dg.AssetMaterialization(asset_key=PAGES, partition=event.page_url,
                                            metadata=source_metadata(event.result)))
     elif isinstance(event, Staged):
         writer.add(dg.AssetMaterialization(
-            asset_key=chunks.key, partition=event.page_url,
+            asset_key=CHUNKS, partition=event.page_url,
             metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)))
     elif isinstance(event, Switched):
-        writer.add(dg.AssetMaterialization(asset_key=embeddings.key, partition=event.page_url,
+        writer.add(dg.AssetMaterialization(asset_key=EMBEDDINGS, partition=event.page_url,
                                            metadata=switch_metadata(conn, event.result, embedder, noted, context.log)))
     elif isinstance(event, Failed):
         failed.append(event)

@@ -8,10 +8,9 @@ import time
 
 import dagster as dg
 
-from rag_pipeline.defs.index.assets import embeddings
-from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.defs.index.assets import EMBEDDINGS
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.embedders.base import EmbeddingError
-from rag_pipeline.settings import get_settings
 from rag_pipeline.store import health, spaces
 
 INDEX_MATCHES_SOURCE = "indexed_hash_matches_source_hash"
@@ -37,15 +36,15 @@ def _result(finding: health.Finding, what: str, severity: dg.AssetCheckSeverity)
     )
 
 
-@dg.asset_check(asset=embeddings, name=INDEX_MATCHES_SOURCE,
+@dg.asset_check(asset=EMBEDDINGS, name=INDEX_MATCHES_SOURCE,
                 description="Search shows the newest content of every live page (after CHECK_GRACE_MINUTES).")
-def indexed_matches_source(postgres: PostgresResource) -> dg.AssetCheckResult:
+def indexed_matches_source(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.pages_behind_source(conn, get_settings().check_grace_minutes)
+        finding = health.pages_behind_source(conn, settings.get().check_grace_minutes)
     return _result(finding, "live page(s) whose index lags their newest content", dg.AssetCheckSeverity.WARN)
 
 
-@dg.asset_check(asset=embeddings, name=NO_TOMBSTONED_CHUNKS,
+@dg.asset_check(asset=EMBEDDINGS, name=NO_TOMBSTONED_CHUNKS,
                 description="A 404/410 page has no chunk left in search.")
 def no_tombstoned_chunks(postgres: PostgresResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
@@ -53,7 +52,7 @@ def no_tombstoned_chunks(postgres: PostgresResource) -> dg.AssetCheckResult:
     return _result(finding, "chunk(s) of tombstoned pages still searchable", dg.AssetCheckSeverity.ERROR)
 
 
-@dg.asset_check(asset=embeddings, name=ONE_ACTIVE_SPACE,
+@dg.asset_check(asset=EMBEDDINGS, name=ONE_ACTIVE_SPACE,
                 description="Every chunk carries a vector of the active embedding space.")
 def every_chunk_in_active_space(postgres: PostgresResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
@@ -61,11 +60,11 @@ def every_chunk_in_active_space(postgres: PostgresResource) -> dg.AssetCheckResu
     return _result(finding, "chunk(s) outside the active embedding space", dg.AssetCheckSeverity.ERROR)
 
 
-@dg.asset_check(asset=embeddings, name=NO_STUCK_DELIVERIES,
+@dg.asset_check(asset=EMBEDDINGS, name=NO_STUCK_DELIVERIES,
                 description="No delivery waits unrouted, queued or failed for over CHECK_GRACE_MINUTES.")
-def no_stuck_deliveries(postgres: PostgresResource) -> dg.AssetCheckResult:
+def no_stuck_deliveries(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.stuck_deliveries(conn, get_settings().check_grace_minutes)
+        finding = health.stuck_deliveries(conn, settings.get().check_grace_minutes)
     return _result(finding, "stuck deliveries", dg.AssetCheckSeverity.WARN)
 
 
@@ -78,10 +77,11 @@ def _newest_ended_index_runs(instance: dg.DagsterInstance, n: int) -> list[dg.Ru
     return sorted(records, key=lambda r: r.end_time or 0, reverse=True)[:n]
 
 
-@dg.asset_check(asset=embeddings, name=INDEX_RUNS_SUCCEED,
+@dg.asset_check(asset=EMBEDDINGS, name=INDEX_RUNS_SUCCEED,
                 description="The newest CHECK_FAILED_RUNS runs that apply pages did not all fail.")
-def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: PostgresResource) -> dg.AssetCheckResult:
-    n = get_settings().check_failed_runs
+def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: PostgresResource,
+                       settings: SettingsResource) -> dg.AssetCheckResult:
+    n = settings.get().check_failed_runs
     newest = _newest_ended_index_runs(context.instance, n)
     failed = [r.dagster_run.run_id for r in newest if r.dagster_run.status == dg.DagsterRunStatus.FAILURE]
     metadata = {"runs_looked_at": len(newest), "runs_failed": len(failed)}
@@ -106,10 +106,10 @@ def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: Postgre
                        "or outage, database); the failed pages are retried on their own (RUN_RETRY_*)."))
 
 
-@dg.asset_check(asset=embeddings, name=QUEUE_DRAINS,
+@dg.asset_check(asset=EMBEDDINGS, name=QUEUE_DRAINS,
                 description="Deliveries waiting longer than CHECK_WINDOW_MINUTES means some were applied meanwhile.")
-def delivery_queue_drains(postgres: PostgresResource) -> dg.AssetCheckResult:
-    window = get_settings().check_window_minutes
+def delivery_queue_drains(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
+    window = settings.get().check_window_minutes
     with postgres.connect() as conn:
         progress = health.queue_progress(conn, window)
     metadata = {"waiting": progress.waiting, "settled_in_window": progress.settled,
@@ -126,7 +126,7 @@ def delivery_queue_drains(postgres: PostgresResource) -> dg.AssetCheckResult:
                      f"If it is, see {INDEX_RUNS_SUCCEED} and the runs' errors."))
 
 
-@dg.asset_check(asset=embeddings, name=EMBEDDING_API_ANSWERS,
+@dg.asset_check(asset=EMBEDDINGS, name=EMBEDDING_API_ANSWERS,
                 description="The active space's embedding model answers a one-line request.")
 def embedding_api_answers(postgres: PostgresResource, embedder: EmbedderResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
@@ -149,7 +149,7 @@ def embedding_api_answers(postgres: PostgresResource, embedder: EmbedderResource
 
 index_checks_job = dg.define_asset_job(
     name="index_checks",
-    selection=dg.AssetSelection.checks_for_assets(embeddings),
+    selection=dg.AssetSelection.checks_for_assets(EMBEDDINGS),
     description="Invariants of the whole index: freshness of the switch, tombstones, embedding space, stuck deliveries.",
 )
 

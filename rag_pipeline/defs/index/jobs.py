@@ -1,12 +1,12 @@
 import dagster as dg
 
-from rag_pipeline.defs.index.assets import chunks, embeddings, pages
+from rag_pipeline.defs.index.assets import CHUNKS, EMBEDDINGS, PAGES
 
 # What a changed page costs: its source, its chunks, its vectors; started by hand from the UI.
 index_page_job = dg.define_asset_job(
     name="index_page",
     # Index-wide checks run in their own scheduled job, not in every page run.
-    selection=dg.AssetSelection.assets(pages, chunks, embeddings).without_checks(),
+    selection=dg.AssetSelection.assets(PAGES, CHUNKS, EMBEDDINGS).without_checks(),
     description="Re-index pages (one, or a UI backfill in ranges of up to 1,000 a run): newest delivery → "
                 "chunks → vectors, each page switched in its own transaction.",
 )
@@ -16,7 +16,7 @@ index_page_job = dg.define_asset_job(
 # page in batch runs instead, leased like delivery batches.
 rechunk_job = dg.define_asset_job(
     name="rechunk",
-    selection=dg.AssetSelection.assets(chunks, embeddings).without_checks(),
+    selection=dg.AssetSelection.assets(CHUNKS, EMBEDDINGS).without_checks(),
     # No delivery carries a re-chunk's retries: a failed step waits and tries again here. A
     # poisoned input or a model mismatch raises Failure(allow_retries=False).
     op_retry_policy=dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL),

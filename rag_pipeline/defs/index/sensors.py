@@ -11,9 +11,8 @@ from rag_pipeline.defs.index.index_view import snapshot_event
 from rag_pipeline.defs.index.metadata import crawl_events
 from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.defs.index.partitions import pages_partitions
-from rag_pipeline.defs.resources import EmbedderResource, PostgresResource
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.routing import route_batch
-from rag_pipeline.settings import get_settings
 from rag_pipeline.store import deliveries, pages, spaces
 
 
@@ -35,26 +34,27 @@ DELIVERY_TICK_S = 14
         "worker stopped beating gives its pages back to a new batch."
     ),
 )
-def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SensorResult:
-    settings = get_settings()
+def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
+                    settings: SettingsResource) -> dg.SensorResult:
+    current = settings.get()
     now = datetime.now(UTC)
     # The cursor: when the `index` asset was last recorded (epoch seconds).
     last = float(context.cursor) if context.cursor else None
-    due = last is None or now.timestamp() - last >= settings.index_snapshot_every_s
+    due = last is None or now.timestamp() - last >= current.index_snapshot_every_s
     with postgres.connect() as conn:
-        routed = route_batch(conn, settings.sensor_batch_size, settings.webhook_max_page_bytes)
+        routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes)
         # Batches whose run will never finish them give their pages back (a try counted), before
         # the retries due are claimed and the free pages leased to new batches, in this same tick.
-        recovered = reconcile(context.instance, conn, settings)
-        retried = deliveries.claim_due_retries(conn, settings.sensor_batch_size)
+        recovered = reconcile(context.instance, conn, current)
+        retried = deliveries.claim_due_retries(conn, current.sensor_batch_size)
         # Every queued page no live batch holds, whether routed now, due for a retry, or freed by
         # the reconciler or an ended lease: nothing depends on one tick succeeding.
-        work = deliveries.queued_work(conn, settings.sensor_batch_size)
+        work = deliveries.queued_work(conn, current.sensor_batch_size)
         conn.commit()
-        requests = request_batches(conn, work, settings)
+        requests = request_batches(conn, work, current)
         since = (datetime.fromtimestamp(last, UTC) if last is not None
-                 else now - timedelta(seconds=settings.index_snapshot_every_s))
-        events = [snapshot_event(conn, settings, since, now)] if due else []
+                 else now - timedelta(seconds=current.index_snapshot_every_s))
+        events = [snapshot_event(conn, current, since, now)] if due else []
         conn.commit()
     cursor = str(now.timestamp()) if due else context.cursor
     if recovered["freed_batches"]:
@@ -90,13 +90,14 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         "on its next tick, and also for runs whose worker died."
     ),
 )
-def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
+def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: PostgresResource,
+                            settings: SettingsResource) -> None:
     key = context.dagster_run.tags.get(BATCH_TAG)
     if key is None:
         return  # launched by hand from the launchpad: no lease of ours
     reason = context.failure_event.message or "run failed"
     with postgres.connect() as conn:
-        freed = free_batch(conn, key, f"its run {context.dagster_run.run_id} failed: {reason}", get_settings())
+        freed = free_batch(conn, key, f"its run {context.dagster_run.run_id} failed: {reason}", settings.get())
     if freed:
         context.log.warning(f"batch {key}: {len(freed)} unfinished page(s) freed for a retry")
 
@@ -112,17 +113,18 @@ def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: Postg
     ),
 )
 def rechunk_sensor(
-    context: dg.SensorEvaluationContext, postgres: PostgresResource, embedder: EmbedderResource
+    context: dg.SensorEvaluationContext, postgres: PostgresResource, embedder: EmbedderResource,
+    settings: SettingsResource,
 ) -> dg.SensorResult:
-    settings = get_settings()
+    current = settings.get()
     with postgres.connect() as conn:
         # The budget of the model pages are embedded with (the active space's): a key set for
         # answers must not make a local index due for a re-cut.
         max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
         signature = chunker_signature(max_tokens, overlap_tokens)
-        work = pages.outdated_work(conn, signature, settings.sensor_batch_size)
+        work = pages.outdated_work(conn, signature, current.sensor_batch_size)
         conn.commit()
-        requests = request_batches(conn, work, settings, rechunk=True, tags={"rag/chunker": signature})
+        requests = request_batches(conn, work, current, rechunk=True, tags={"rag/chunker": signature})
     if not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
     context.log.info("re-chunking %d page(s) with %s in %d batch run(s)",

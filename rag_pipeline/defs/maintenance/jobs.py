@@ -5,8 +5,7 @@ land in the run's metadata and log."""
 
 import dagster as dg
 
-from rag_pipeline.defs.resources import PostgresResource
-from rag_pipeline.settings import get_settings
+from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.store import retention
 
 
@@ -16,8 +15,9 @@ class PruneConfig(dg.Config):
 
 @dg.op(out=dg.Out(dg.Nothing),
        description="Delete settled deliveries, finished pushes and long-unused vectors past their retention.")
-def prune_storage(context: dg.OpExecutionContext, config: PruneConfig, postgres: PostgresResource) -> dg.Output:
-    policy = retention.Policy.from_settings(get_settings())
+def prune_storage(context: dg.OpExecutionContext, config: PruneConfig, postgres: PostgresResource,
+                  settings: SettingsResource) -> dg.Output:
+    policy = retention.Policy.from_settings(settings.get())
     with postgres.connect() as conn:
         try:
             result = retention.prune(conn, policy, dry_run=config.dry_run)
