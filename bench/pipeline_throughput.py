@@ -7,7 +7,7 @@ POSTed as a crawler would (gzip'd markdown, 8 threads, retried under the same ri
 `rag-pipeline webhook`, each path on a fresh database of its own throwaway server, all embedded by
 the loopback OpenAI fake of the tests (served from this process; its CPU is in the "bench" figure):
 
-  dagster   `dagster-daemon run -w workspace.yaml` with the repo's dagster.yaml (storage: a
+  dagster   `dagster-daemon run -w workspace.yaml` with the repo's deploy/dagster.yaml (storage: a
             `dagster` database on the same server); delivery_sensor ticks by itself (15 s minimum
             interval, on the daemon's 5 s loop) and leases the changed pages into index_batch runs.
             Delivery starts just after a tick: the worst phase for the wait on the next one.
@@ -791,7 +791,7 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
         dagster_url = stack.enter_context(dagster_database(url))
         home = work / "dagster_home"
         home.mkdir()
-        shutil.copy(code / "dagster.yaml", home / "dagster.yaml")
+        shutil.copy(instance_yaml(code), home / "dagster.yaml")
         env = base_env(url, work / "rag_home_dagster", fake.base_url, code)
         env.update({"DAGSTER_HOME": str(home), "DAGSTER_POSTGRES_URL": dagster_url})
         receiver, base = start_receiver(env, work, "receiver-dagster", code)
@@ -890,6 +890,12 @@ def _tick_intervals(dagster_url: str) -> list[float]:
     with psycopg.connect(dagster_url, autocommit=True) as dconn:
         stamps = [t.get("timestamp") for t in _tick_bodies(dconn) if t.get("timestamp")]
     return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def instance_yaml(code: Path) -> Path:
+    """The instance configuration of the code under test (at the checkout's root before deploy/)."""
+    moved = code / "deploy" / "dagster.yaml"
+    return moved if moved.is_file() else code / "dagster.yaml"
 
 
 def instance_settings(path: Path) -> str:
@@ -1033,7 +1039,7 @@ def code_version(rev: str | None = None) -> str:
         return f"git archive of {rev} ({git('rev-parse', '--short', rev) or 'unknown'})"
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = [line[3:] for line in git("status", "--porcelain", "--", "rag_pipeline", "webhook_sensor", "sql",
-                                      "dagster.yaml", "workspace.yaml", "pyproject.toml").splitlines()]
+                                      "deploy", "workspace.yaml", "pyproject.toml").splitlines()]
     if not dirty:
         return head
     digest = hashlib.sha256()
@@ -1225,7 +1231,7 @@ def main() -> int:
     try:
         with FakeOpenAI(dimensions=DIMENSIONS) as fake:
             code = args.code_dir.resolve() if args.code_dir else checkout_code(args.code_rev, work)
-            print(f"dagster.yaml: {instance_settings(code / 'dagster.yaml')}")
+            print(f"dagster.yaml: {instance_settings(instance_yaml(code))}")
             dag = run_dagster(pages, initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
             print(f"dagster path done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             plain = run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)

@@ -360,7 +360,7 @@ def _check_report(settings) -> dict:
 
 @contextmanager
 def _dagster_storage_url(settings):
-    """DAGSTER_POSTGRES_URL (which the project's dagster.yaml reads) for the time of the read: the
+    """DAGSTER_POSTGRES_URL (which the project's deploy/dagster.yaml reads) for the time of the read: the
     `dagster` database of the index's server unless set. Yields why it cannot be set, or None."""
     from rag_pipeline.store import db
 

@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     batch_max_pages: int = Field(default=1000, alias="BATCH_MAX_PAGES", ge=1, le=10_000)
     batch_max_tokens: int = Field(default=2_000_000, alias="BATCH_MAX_TOKENS", ge=1_000)
     # A tick's pages go into at least this many runs (of 100 pages or more each), which run at
-    # once and share the cores: the `embedding_api` pool limit of dagster.yaml.
+    # once and share the cores: the `embedding_api` pool limit of deploy/dagster.yaml.
     batch_spread: int = Field(default=2, alias="BATCH_SPREAD", ge=1, le=64)
     # A batch's hold on its pages: a run that never starts, or dies, frees them this long after.
     # PostgreSQL's maintenance_work_mem while `space build` makes a space's HNSW index: an index

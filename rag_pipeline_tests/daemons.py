@@ -54,7 +54,7 @@ def daemon_stack(database_url: str, dagster_url: str, tmp_path: Path, monkeypatc
     repo's workspace; every daemon started is killed with its process group at the end."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(CHECKOUT / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(CHECKOUT / "deploy" / "dagster.yaml", home / "dagster.yaml")
     db.ensure_database(dagster_url)
     with FakeOpenAI(dimensions=64) as fake:
         env = dict(

@@ -43,7 +43,7 @@ def test_setup_with_database_url_only(users_server, tmp_path, form, monkeypatch)
     dagster_url = done.stdout.strip().splitlines()[-1].removeprefix("DAGSTER_POSTGRES_URL=")
     assert dagster_url.startswith("postgresql://") and conninfo_to_dict(dagster_url)["dbname"] == "dagster"
     # dagster-postgres builds its schema there; the instance make run configures runs one push
-    # run at a time (a run tag limit in dagster.yaml, nothing set by a shell command).
+    # run at a time (a run tag limit in deploy/dagster.yaml, nothing set by a shell command).
     monkeypatch.setenv("DAGSTER_POSTGRES_URL", dagster_url)
     with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits

@@ -67,7 +67,7 @@ def test_status_names_the_failing_checks_from_the_dagster_instance(conn, databas
                                                                   monkeypatch, tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(Path(__file__).parents[1] / "dagster.yaml", home / "dagster.yaml")    # the instance make run uses
+    shutil.copy(Path(__file__).parents[1] / "deploy" / "dagster.yaml", home / "dagster.yaml")    # the instance make run uses
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("DAGSTER_POSTGRES_URL", dagster_storage)
     monkeypatch.setenv("DATABASE_URL", database_url)

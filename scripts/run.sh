@@ -34,9 +34,13 @@ cleanup() {
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
+stopped() {  # Ctrl-C or TERM: what the user asked for, so a clean stop is a success, not make's "Error 143"
+  cleanup
+  echo "stopped: receiver, query API and Dagster; the database keeps running (rag-pipeline db stop)"
+  exit 0
+}
 trap cleanup EXIT
-trap 'cleanup; exit 130' INT
-trap 'cleanup; exit 143' TERM
+trap stopped INT TERM
 
 DEFAULT_SIGNALS=("$BIN/python" scripts/reset_signals.py)
 if [ -z "${DATABASE_URL:-}" ]; then

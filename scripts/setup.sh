@@ -25,4 +25,4 @@ DAGSTER_POSTGRES_URL="$("$BIN/rag-pipeline" db url --database dagster)"
 export DAGSTER_POSTGRES_URL
 export DAGSTER_HOME="$RAG_HOME/dagster_home"
 mkdir -p "$DAGSTER_HOME"
-cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+cp deploy/dagster.yaml "$DAGSTER_HOME/dagster.yaml"

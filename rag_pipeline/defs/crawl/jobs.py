@@ -82,7 +82,7 @@ def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, post
     return dg.Output(None, metadata={**report.as_metadata(), "matched": len(targets)})
 
 
-# Every push job is tagged rag/kind=push: dagster.yaml runs one such run at a time, since
+# Every push job is tagged rag/kind=push: deploy/dagster.yaml runs one such run at a time, since
 # CRAWLER_PUSH_RATE is enforced per process and two push runs at once would double it.
 @dg.job(name="push", description="Push pages to the crawler (the recrawl sensor's batches land here).",
         tags={"rag/kind": "push"})

@@ -81,9 +81,15 @@ def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: Postgre
                           crawler: CrawlerResource) -> dg.SensorResult:
     history = json.loads(context.cursor)["waiting"] if context.cursor else []
     outcomes, waiting = health_outcomes(postgres, crawler, history)
+    failing = [o.check_name for o in outcomes if not o.passed]
+    # No run to request: the tick's news is the checks it recorded, said so in the tick list (a
+    # result without a reason reads "Sensor function returned an empty result" there).
+    said = f"failing: {', '.join(failing)}" if failing else "all passing"
     return dg.SensorResult(
         asset_events=[to_evaluation(o) for o in outcomes],
         cursor=json.dumps({"waiting": (history + [waiting])[-10:]}),
+        skip_reason=dg.SkipReason(f"{len(outcomes)} crawler checks recorded on `pages`, {said}; "
+                                  f"{waiting} page(s) waiting at the crawler"),
     )
 
 

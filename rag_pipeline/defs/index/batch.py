@@ -82,7 +82,7 @@ def batch_run_config(batch_key: str, items: list[WorkItem], *, rechunk: bool = F
 
 @dg.op(
     out={},
-    # At most `default_limit` batches embed at once (dagster.yaml): they share the API's rate.
+    # At most `default_limit` batches embed at once (deploy/dagster.yaml): they share the API's rate.
     pool="embedding_api",
     tags={"kind": "postgres"},
 )

@@ -67,7 +67,8 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         write_runless(context.instance, told)
     if not routed.routed and not requests:
         if events:
-            return dg.SensorResult(asset_events=events, cursor=cursor)
+            return dg.SensorResult(asset_events=events, cursor=cursor, skip_reason=dg.SkipReason(
+                "no new deliveries; the `index` asset recorded"))
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
     urls = sorted({url for r in requests for url in pages_of(r)})
     # Added here, in one upsert, before any run of them starts. (A dynamic_partitions_request
