@@ -102,19 +102,12 @@ def test_a_broken_rules_file_is_a_clear_error(tmp_path):
         boilerplate_rules(tmp_path / "missing.yaml")
 
 
-def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_url, monkeypatch):
+def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_url, monkeypatch, hash_embedded):
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("EMBEDDING_PROVIDER", "hash")
     monkeypatch.setenv("EMBEDDING_DIMENSIONS", "64")
     get_settings.cache_clear()
-    seen: list[str] = []
-    original_embed = HashEmbedder.embed
-
-    def counting(self, texts):
-        seen.extend(texts)
-        return original_embed(self, texts)
-
-    monkeypatch.setattr(HashEmbedder, "embed", counting)
+    seen = hash_embedded()
     urls = [f"https://example.com/p{i}" for i in range(3)]
     with dg.instance_for_test() as instance, db.connection(database_url) as conn:
         conn.autocommit = True

@@ -14,7 +14,7 @@ from rag_pipeline.store import search, spaces
 from rag_pipeline_tests.ingest.pagework import MAX, CountingEmbedder, doc, index, put
 
 
-def test_build_then_activate_moves_search_to_the_new_model(db_conn, database_url, monkeypatch):
+def test_build_then_activate_moves_search_to_the_new_model(db_conn, database_url, monkeypatch, hash_embedded):
     old = CountingEmbedder()  # hash-v1-64
     urls = [f"https://example.com/s{i}" for i in range(3)]
     for i, url in enumerate(urls):
@@ -25,14 +25,7 @@ def test_build_then_activate_moves_search_to_the_new_model(db_conn, database_url
     live_texts = {r[0] for r in db_conn.execute("SELECT embed_text FROM chunks").fetchall()}
 
     new = HashEmbedder(dimensions=32)
-    calls: list[str] = []
-    original = HashEmbedder.embed
-
-    def counting(self, texts):
-        calls.extend(texts)
-        return original(self, texts)
-
-    monkeypatch.setattr(HashEmbedder, "embed", counting)
+    calls = hash_embedded()
     built = model_switch.build(db_conn, new)
     assert built.space.status == "building" and built.texts_embedded == len(live_texts)
     assert set(calls) == live_texts   # from stored chunk text: no crawl, no re-chunk
