@@ -1202,13 +1202,13 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
 
-    from rag_pipeline.ingest.rules import boilerplate_rules
+    from rag_pipeline.ingest.rules import configured_boilerplate_rules
     from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 
     t = time.time()
     pages = make_corpus(args.pages, args.seed)
     changed = edit_paragraphs(pages, args.changed_fraction, args.seed)
-    rules = boilerplate_rules()
+    rules = configured_boilerplate_rules()
     texts = {p.key: render(p.blocks) for p in pages}
     new_texts = {k: render(b) for k, b in changed.items()}
     expected_initial = {k: expected_hash(k, text, rules) for k, text in texts.items()}

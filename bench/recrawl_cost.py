@@ -37,7 +37,7 @@ from rag_pipeline.core.tokens import count_tokens, encoding  # noqa: E402
 from rag_pipeline.embedders.hash_embedder import HashEmbedder  # noqa: E402
 from rag_pipeline.ingest import indexing  # noqa: E402
 from rag_pipeline.ingest.routing import route_batch  # noqa: E402
-from rag_pipeline.ingest.rules import boilerplate_rules  # noqa: E402
+from rag_pipeline.ingest.rules import configured_boilerplate_rules  # noqa: E402
 from rag_pipeline.store import db, deliveries  # noqa: E402
 
 WINDOW, OVERLAP = 512, 64
@@ -203,7 +203,7 @@ def run(url: str, n_pages: int, seed: int) -> int:
     t0 = time.perf_counter()
     corpus = make_corpus(n_pages, seed)
     recrawl = mutate(corpus, seed)
-    rules = boilerplate_rules()
+    rules = configured_boilerplate_rules()
     corpus_tokens = sum(count_tokens(render(b)) for b in corpus.values())
     print(f"corpus: {len(corpus)} pages, {corpus_tokens:,} tokens "
           f"(generated in {time.perf_counter() - t0:.1f} s)")

@@ -34,8 +34,14 @@ class _Configured(dg.ConfigurableResource):
     _settings: Optional[Settings] = PrivateAttr(default=None)
 
     def variables_set(self) -> dict[str, Any]:
-        return {var: getattr(self, field) for field, var in self.VARIABLES.items()
-                if getattr(self, field) is not None}
+        values = {}
+        for field, var in self.VARIABLES.items():
+            value = getattr(self, field)
+            if isinstance(value, dg.EnvVar):   # used outside a run, where Dagster resolves it
+                value = value.get_value()
+            if value is not None:
+                values[var] = value
+        return values
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._settings = load_settings(self.variables_set())

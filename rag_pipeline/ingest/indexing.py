@@ -15,7 +15,7 @@ import psycopg
 from rag_pipeline.core.bodies import decode_stored
 from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
 from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
-from rag_pipeline.ingest.rules import boilerplate_rules
+from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
 from rag_pipeline.embedders.base import (EmbedResult, Embedder, EmbeddingError, PartialEmbeddingError,
                                          PoisonedInputError)
@@ -49,7 +49,7 @@ def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes
             digest = newest.normalized_hash or content_hash(text)    # queued before 015: no hash kept
         else:                                    # queued before 009: only the body was kept
             decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
-            text = normalize_markdown(decoded.text, boilerplate_rules(), url=page_url)
+            text = normalize_markdown(decoded.text, configured_boilerplate_rules(), url=page_url)
             digest = content_hash(text)
     with conn.transaction():
         page = pages.get(conn, page_url, for_update=True)

@@ -16,8 +16,8 @@ import psycopg
 from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
 from rag_pipeline.core.delivery import Verdict, classify
-from rag_pipeline.core.text import content_hash, normalize_markdown
-from rag_pipeline.ingest.rules import boilerplate_rules
+from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
+from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.store import aliases, deliveries, pages, pushes
 
@@ -56,10 +56,11 @@ ROUTE_CHUNK = 25
 
 
 def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
-                chunk: int = ROUTE_CHUNK) -> RoutingResult:
-    """Route up to `limit` unrouted deliveries, `chunk` per transaction (one savepoint each)."""
+                chunk: int = ROUTE_CHUNK, *, rules: list[BoilerplateRule] | None = None) -> RoutingResult:
+    """Route up to `limit` unrouted deliveries, `chunk` per transaction (one savepoint each), with
+    `rules` (unset: this process's BOILERPLATE_RULES)."""
     result = RoutingResult()
-    rules = boilerplate_rules()
+    rules = rules if rules is not None else configured_boilerplate_rules()
     while result.routed < limit:
         with conn.transaction():
             claimed = deliveries.claim_unrouted(conn, min(chunk, limit - result.routed))

@@ -20,9 +20,14 @@ class RulesFileError(ValueError):
     pass
 
 
-def boilerplate_rules(path: Path | None = None) -> list[BoilerplateRule]:
-    """Defaults + the user's file, re-read when the file changes (so the sensor picks edits up)."""
-    path = path if path is not None else get_settings().boilerplate_rules
+def configured_boilerplate_rules() -> list[BoilerplateRule]:
+    """The rules of this process's BOILERPLATE_RULES (the CLI's; Dagster passes its settings' own)."""
+    return boilerplate_rules(get_settings().boilerplate_rules)
+
+
+def boilerplate_rules(path: Path | None) -> list[BoilerplateRule]:
+    """Defaults + the file at `path` (None: the defaults alone), re-read when the file changes (so
+    the sensor picks edits up)."""
     if path is None:
         return default_boilerplate_rules()
     try:

@@ -51,6 +51,10 @@ def test_secrets_reach_the_resources_as_environment_variables_not_values(monkeyp
         assert isinstance(value, dg.EnvVar) and value.env_var_name == name   # what the UI shows
     with dg.build_resources({"embedder": resources["embedder"]}) as r:
         assert r.embedder.settings().openai_api_key == "sk-test-secret"
+    # Used outside a run (a script), the variable's value, not its name.
+    assert resources["embedder"].settings().openai_api_key == "sk-test-secret"
+    monkeypatch.setenv("DATABASE_URL", "postgresql://somewhere/index")
+    assert load_defs().resources["postgres"].url() == "postgresql://somewhere/index"
 
 
 def test_a_crawler_made_for_an_evaluation_is_closed_when_it_ends(monkeypatch):

@@ -194,3 +194,31 @@ def test_a_model_switch_is_refused_with_a_clear_message(db_conn):
         index(db_conn, url, HashEmbedder(dimensions=32))
     # The page still shows its previous version, whole.
     assert db_conn.execute("SELECT count(*) FROM chunks").fetchone()[0] > 0
+
+
+def test_the_sensor_routes_with_the_rules_file_its_settings_resource_names(db_conn, database_url, tmp_path,
+                                                                          monkeypatch):
+    from rag_pipeline.defs.resources import SettingsResource
+    from rag_pipeline.ingest.rules import boilerplate_rules
+    from rag_pipeline_tests.harness import code_location_resources
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("- name: session-banner\n  pattern: '^Your session id is [0-9a-f]+\\.\\n?'\n"
+                     "  flags: [MULTILINE]\n")
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.delenv("BOILERPLATE_RULES", raising=False)   # the process has none: only the resource
+    get_settings.cache_clear()
+    url = "https://app.example.com/banner"
+    put(db_conn, url, "Your session id is 1a2b.\n\n" + doc(1))
+    route_batch(db_conn, 100, MAX, rules=boilerplate_rules(rules))
+    index(db_conn, url, CountingEmbedder())
+    delivery = put(db_conn, url, "Your session id is 9f9f.\n\n" + doc(1))
+    resources = {**code_location_resources(),
+                 "settings": SettingsResource(overrides={"BOILERPLATE_RULES": str(rules)})}
+    with dg.instance_for_test() as instance, \
+            dg.build_sensor_context(instance=instance, resources=resources) as context:
+        result = load_defs().resolve_sensor_def("delivery_sensor")(context)
+    assert not result.run_requests
+    assert db_conn.execute("SELECT outcome FROM deliveries WHERE id = %s", (delivery,)).fetchone()[0] == "unchanged"
+    # The tick list says what the tick did.
+    assert result.skip_reason.skip_message == "routed 1 unchanged; no page needs a run"

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from rag_pipeline.crawl import health
-from rag_pipeline.defs.resources import CrawlerResource, PostgresResource
+from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import pushes, schedule
 
 PAGES = dg.AssetKey("pages")
@@ -15,18 +15,18 @@ _DESCRIPTIONS = {
 }
 
 
-def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource,
+def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource, settings: SettingsResource,
                     waiting_history: list[int]) -> tuple[list[health.Outcome], int]:
-    settings = crawler.settings()
+    current = settings.get()
     client = crawler.get()
     state = client.health()
     with postgres.connect() as conn:
-        undelivered = pushes.undelivered(conn, settings.push_delivery_timeout_s)
+        undelivered = pushes.undelivered(conn, current.push_delivery_timeout_s)
         failed = pushes.failed_recently(conn, 3600)
         overdue = schedule.overdue(conn)
     outcomes = health.evaluate(
         client.name, state, undelivered, failed, waiting_history=waiting_history,
-        waiting_max=settings.crawler_waiting_max, delivery_timeout_s=settings.push_delivery_timeout_s,
+        waiting_max=current.crawler_waiting_max, delivery_timeout_s=current.push_delivery_timeout_s,
         overdue=overdue,
     )
     return outcomes, state.waiting
@@ -48,7 +48,7 @@ def to_evaluation(outcome: health.Outcome) -> dg.AssetCheckEvaluation:
     specs=[dg.AssetCheckSpec(name, asset=PAGES, description=_DESCRIPTIONS[name]) for name in health.CHECK_NAMES],
     description="Crawler health (also recorded every minute by crawler_health_sensor).",
 )
-def crawler_health_checks(postgres: PostgresResource, crawler: CrawlerResource):
-    outcomes, _ = health_outcomes(postgres, crawler, [])
+def crawler_health_checks(postgres: PostgresResource, crawler: CrawlerResource, settings: SettingsResource):
+    outcomes, _ = health_outcomes(postgres, crawler, settings, [])
     for o in outcomes:
         yield dg.AssetCheckResult(**_fields(o))

@@ -9,7 +9,7 @@ import dagster as dg
 
 from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
 from rag_pipeline.crawl.pushing import push_targets, register_seeds
-from rag_pipeline.defs.resources import CrawlerResource, PostgresResource
+from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import schedule
 
 
@@ -29,13 +29,14 @@ class RecrawlNowConfig(dg.Config):
     limit: int = 10_000
 
 
-def _push(context, postgres: PostgresResource, crawler: CrawlerResource, targets, reason: str):
-    settings = crawler.settings()
-    rules = load_rules(settings.cadence_file)
+def _push(context, postgres: PostgresResource, crawler: CrawlerResource, settings: SettingsResource,
+          targets, reason: str):
+    current = settings.get()
+    rules = load_rules(current.cadence_file)
     with postgres.connect() as conn:
         report = push_targets(
             conn, crawler.get(), targets, reason=reason, run_id=context.run_id,
-            concurrency=settings.crawler_push_concurrency, tombstone_recheck=rules.tombstone_recheck,
+            concurrency=current.crawler_push_concurrency, tombstone_recheck=rules.tombstone_recheck,
         )
     context.log.info(f"pushed {report.pushed}, failed {report.failed} ({reason})")
     if report.failed:
@@ -46,28 +47,28 @@ def _push(context, postgres: PostgresResource, crawler: CrawlerResource, targets
 @dg.op(out=dg.Out(dg.Nothing),
        description="Push these pages to the crawler, record each push, move each next crawl.")
 def push_pages(context: dg.OpExecutionContext, config: PushConfig, postgres: PostgresResource,
-               crawler: CrawlerResource) -> dg.Output:
+               crawler: CrawlerResource, settings: SettingsResource) -> dg.Output:
     due = {url: datetime.fromisoformat(at) for url, at in zip(config.urls, config.due_at)}
     with postgres.connect() as conn:
         targets = schedule.targets(conn, config.urls, due)
-    report = _push(context, postgres, crawler, targets, config.reason)
+    report = _push(context, postgres, crawler, settings, targets, config.reason)
     return dg.Output(None, metadata=report.as_metadata())
 
 
 @dg.op(out=dg.Out(dg.Nothing),
        description="Register seed URLs with their cadence, then push them.")
 def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: PostgresResource,
-               crawler: CrawlerResource) -> dg.Output:
+               crawler: CrawlerResource, settings: SettingsResource) -> dg.Output:
     lines = list(config.seeds)
     if config.file:
         with open(config.file, encoding="utf-8") as fh:
             lines += fh.read().splitlines()
-    settings = crawler.settings()
-    seeds = parse_seeds("\n".join(lines), timedelta(seconds=settings.recrawl_interval_s))
-    rules = load_rules(settings.cadence_file)
+    current = settings.get()
+    seeds = parse_seeds("\n".join(lines), timedelta(seconds=current.recrawl_interval_s))
+    rules = load_rules(current.cadence_file)
     with postgres.connect() as conn:
         targets, aliases = register_seeds(conn, seeds, rules)
-    report = _push(context, postgres, crawler, targets, "seed")
+    report = _push(context, postgres, crawler, settings, targets, "seed")
     return dg.Output(None, metadata={**report.as_metadata(), "seeds": len(seeds),
                                               "aliases_skipped": len(aliases)})
 
@@ -75,10 +76,10 @@ def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: Pos
 @dg.op(out=dg.Out(dg.Nothing),
        description="Push now every page whose URL matches a glob pattern.")
 def push_matching(context: dg.OpExecutionContext, config: RecrawlNowConfig, postgres: PostgresResource,
-                  crawler: CrawlerResource) -> dg.Output:
+                  crawler: CrawlerResource, settings: SettingsResource) -> dg.Output:
     with postgres.connect() as conn:
         targets = schedule.matching(conn, glob_to_like(config.pattern), config.limit)
-    report = _push(context, postgres, crawler, targets, "manual")
+    report = _push(context, postgres, crawler, settings, targets, "manual")
     return dg.Output(None, metadata={**report.as_metadata(), "matched": len(targets)})
 
 

@@ -12,7 +12,7 @@ from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence import load_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import push_job, push_run_config
-from rag_pipeline.defs.resources import CrawlerResource, PostgresResource
+from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings, SettingsError, load_settings
 from rag_pipeline.store import pushes, schedule
 
@@ -39,21 +39,21 @@ def recrawl_sensor_every(interval_s: int) -> dg.SensorDefinition:
 
 
 def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResource,
-                   crawler: CrawlerResource) -> dg.SensorResult:
-    settings = crawler.settings()
-    rules = load_rules(settings.cadence_file)
+                   settings: SettingsResource) -> dg.SensorResult:
+    current = settings.get()
+    rules = load_rules(current.cadence_file)
     refreshed_at = float(context.cursor or 0)
     now = time.time()
     with postgres.connect() as conn:
         with conn.transaction():
             expired = pushes.expire_pending(conn)
-            assigned = schedule.assign_defaults(conn, rules.every_for, settings.recrawl_batch_size)
-        if now - refreshed_at >= settings.cadence_refresh_s:
+            assigned = schedule.assign_defaults(conn, rules.every_for, current.recrawl_batch_size)
+        if now - refreshed_at >= current.cadence_refresh_s:
             with conn.transaction():
-                context.log.info(adaptive.refresh(conn, rules, settings, CLAIM_LEASE).summary())
+                context.log.info(adaptive.refresh(conn, rules, current, CLAIM_LEASE).summary())
             refreshed_at = now
         with conn.transaction():
-            due = schedule.claim_due(conn, settings.recrawl_batch_size, CLAIM_LEASE,
+            due = schedule.claim_due(conn, current.recrawl_batch_size, CLAIM_LEASE,
                                      rules.tombstone_recheck)
     if expired:
         context.log.warning(f"{expired} push(es) left pending by a push run that died: marked failed")
@@ -78,9 +78,9 @@ def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResour
     ),
 )
 def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
-                          crawler: CrawlerResource) -> dg.SensorResult:
+                          crawler: CrawlerResource, settings: SettingsResource) -> dg.SensorResult:
     history = json.loads(context.cursor)["waiting"] if context.cursor else []
-    outcomes, waiting = health_outcomes(postgres, crawler, history)
+    outcomes, waiting = health_outcomes(postgres, crawler, settings, history)
     failing = [o.check_name for o in outcomes if not o.passed]
     # No run to request: the tick's news is the checks it recorded, said so in the tick list (a
     # result without a reason reads "Sensor function returned an empty result" there).

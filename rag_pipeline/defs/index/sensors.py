@@ -13,6 +13,7 @@ from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.routing import route_batch
+from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.store import deliveries, pages, spaces
 
 
@@ -42,7 +43,8 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     last = float(context.cursor) if context.cursor else None
     due = last is None or now.timestamp() - last >= current.index_snapshot_every_s
     with postgres.connect() as conn:
-        routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes)
+        routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes,
+                             rules=boilerplate_rules(current.boilerplate_rules))
         # Batches whose run will never finish them give their pages back (a try counted), before
         # the retries due are claimed and the free pages leased to new batches, in this same tick.
         recovered = reconcile(context.instance, conn, current)
@@ -77,7 +79,12 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     context.instance.add_dynamic_partitions(pages_partitions.name, urls)
     context.log.info("routed %s; %d page(s) in %d batch run(s), %d retried",
                      dict(routed.outcomes), len(urls), len(requests), retried)
-    return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor)
+    # A tick that settled every delivery without a run (a recrawl of unchanged pages) says what
+    # it did in the tick list, not "Sensor function returned an empty result".
+    settled = None if requests else dg.SkipReason(
+        "routed " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(routed.outcomes.items()))
+        + "; no page needs a run")
+    return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor, skip_reason=settled)
 
 
 @dg.run_failure_sensor(
