@@ -37,7 +37,7 @@ class _Configured(dg.ConfigurableResource):
         values = {}
         for field, var in self.VARIABLES.items():
             value = getattr(self, field)
-            if isinstance(value, dg.EnvVar):   # used outside a run, where Dagster resolves it
+            if isinstance(value, dg.EnvVar):   # used outside a run (inside one, Dagster resolved it)
                 value = value.get_value()
             if value is not None:
                 values[var] = value
