@@ -34,18 +34,12 @@ def load_defs() -> dg.Definitions:
     return defs()
 
 
-def code_location_resources() -> dict:
-    """The resources the code location binds: the same objects the daemon gives a sensor."""
-    return dict(load_defs().resources)
-
-
-def evaluate_sensor(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, *,
+def evaluate_sensor(defs: dg.Definitions, name: str, instance: dg.DagsterInstance, *,
                     cursor: str | None = None):
-    """One evaluation as the daemon makes it: the code location's resources set up for it (their
-    settings read, their clients made) and torn down after it."""
-    with dg.build_sensor_context(instance=instance, resources=code_location_resources(),
-                                 cursor=cursor) as context:
-        return sensor(context)
+    """One evaluation of the sensor `name` as the daemon makes it: the code location's resources
+    set up for it (their settings read, their clients made) and torn down after it."""
+    with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor) as context:
+        return defs.resolve_sensor_def(name)(context)
 
 
 @dataclass
@@ -65,12 +59,11 @@ class Pipeline:
     def __init__(self, instance: dg.DagsterInstance, defs: dg.Definitions):
         self.instance = instance
         self.defs = defs
-        self.sensor = defs.resolve_sensor_def("delivery_sensor")
         self.job = defs.resolve_job_def("index_batch")
         self.cursor: str | None = None
 
     def tick(self, *, execute: bool = True, expect_success: bool = True) -> Tick:
-        result = evaluate_sensor(self.sensor, self.instance, cursor=self.cursor)
+        result = evaluate_sensor(self.defs, "delivery_sensor", self.instance, cursor=self.cursor)
         assert isinstance(result, dg.SensorResult)
         # What the daemon does with a tick's result: its cursor kept, its asset events recorded.
         self.cursor = result.cursor if result.cursor is not None else self.cursor
@@ -97,7 +90,7 @@ class Pipeline:
         with dg.build_run_status_sensor_context(
             sensor_name=sensor.name, dagster_event=failures[-1].dagster_event,
             dagster_instance=self.instance, dagster_run=self.instance.get_run_by_id(run.run_id),
-            resources=code_location_resources(),
+            resources=self.defs.resources,
         ).for_run_failure() as context:
             sensor(context)
 

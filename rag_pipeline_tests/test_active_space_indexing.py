@@ -148,8 +148,7 @@ def test_a_key_keeps_a_local_index_on_its_model_and_chunk_budget(database_url, c
             put(conn, URL, V2)
             assert pipeline.tick().partitions == [URL]
             # The rechunk sensor finds nothing outdated: the budget is still the local model's.
-            rechunk = defs.resolve_sensor_def("rechunk_sensor")
-            result = evaluate_sensor(rechunk, instance)
+            result = evaluate_sensor(defs, "rechunk_sensor", instance)
             assert not result.run_requests, [r.partition_key for r in result.run_requests]
             assert fake.requests == 0
         assert switched(conn, URL) and live_spaces(conn, URL) == {local.MODEL_NAME}

@@ -52,10 +52,8 @@ class LocalCrawler:
         self.delivered = 0
         self.failed = 0
         self._failures: OrderedDict[str, str] = OrderedDict()   # rid → why its delivery failed
-        self._threads = [threading.Thread(target=self._work, name=f"local-crawler-{i}", daemon=True)
-                         for i in range(workers)]
-        for thread in self._threads:
-            thread.start()
+        self._workers = workers
+        self._threads: list[threading.Thread] = []   # started by the first push: a health read needs none
 
     def push(self, url: str, *, push_id: int | None = None) -> Pushed:
         scheme = urlsplit(url).scheme.lower()
@@ -63,6 +61,11 @@ class LocalCrawler:
             raise PushError(f"cannot crawl {url!r}: only http(s)", status=400)
         rid = uuid.uuid4().hex
         with self._idle:
+            if not self._threads:
+                self._threads = [threading.Thread(target=self._work, name=f"local-crawler-{i}", daemon=True)
+                                 for i in range(self._workers)]
+                for thread in self._threads:
+                    thread.start()
             self._pending += 1
             self._waiting.add(rid)
         self._jobs.put((rid, url, callback_headers(url, push_id)))

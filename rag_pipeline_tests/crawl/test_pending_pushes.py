@@ -23,9 +23,8 @@ def test_recrawl_sensor_expires_pushes_a_dead_run_left_pending(database_url, con
     conn.execute("UPDATE pushes SET pushed_at = now() - interval '2 hours' WHERE push_id IN (%s, %s)", (dead, done))
     conn.execute("UPDATE pushes SET pushed_at = now() - interval '50 minutes' WHERE push_id = %s", (slow,))
 
-    sensor = load_defs().resolve_sensor_def("recrawl_sensor")
     with dg.instance_for_test() as instance:
-        evaluate_sensor(sensor, instance)
+        evaluate_sensor(load_defs(), "recrawl_sensor", instance)
 
     rows = {r[0]: r[1:] for r in conn.execute("SELECT push_id, result, error, rid FROM pushes")}
     assert rows[dead][0] == "failed" and "ended before finishing" in rows[dead][1]

@@ -26,8 +26,7 @@ class Crawl:
         self.instance, self.defs, self.sim = instance, defs, sim
 
     def recrawl_tick(self) -> list[str]:
-        sensor = self.defs.resolve_sensor_def("recrawl_sensor")
-        result = evaluate_sensor(sensor, self.instance)
+        result = evaluate_sensor(self.defs, "recrawl_sensor", self.instance)
         urls = []
         for request in result.run_requests or []:
             outcome = self.defs.resolve_job_def("push").execute_in_process(
@@ -42,8 +41,7 @@ class Crawl:
         assert outcome.success
 
     def health(self, cursor=None) -> dict[str, dg.AssetCheckEvaluation]:
-        sensor = self.defs.resolve_sensor_def("crawler_health_sensor")
-        result = evaluate_sensor(sensor, self.instance, cursor=cursor)
+        result = evaluate_sensor(self.defs, "crawler_health_sensor", self.instance, cursor=cursor)
         # The tick list says what the tick recorded, not "an empty result".
         said, failing = result.skip_reason.skip_message, [e.check_name for e in result.asset_events if not e.passed]
         assert all(name in said for name in failing) and ("all passing" in said) == (not failing), said

@@ -104,8 +104,7 @@ def test_recrawl_sensor_hands_each_due_time_to_its_push_run(gate, database_url, 
         conn.execute("UPDATE pages SET next_crawl_at = date_trunc('second', now()) - interval '20 seconds'")
         due_at, = conn.execute("SELECT next_crawl_at FROM pages").fetchone()
         defs = load_defs()
-        sensor = defs.resolve_sensor_def("recrawl_sensor")
-        result = evaluate_sensor(sensor, instance)
+        result = evaluate_sensor(defs, "recrawl_sensor", instance)
         request, = result.run_requests
         outcome = defs.resolve_job_def("push").execute_in_process(
             run_config=request.run_config, instance=instance)

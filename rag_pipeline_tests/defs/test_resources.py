@@ -60,11 +60,15 @@ def test_secrets_reach_the_resources_as_environment_variables_not_values(monkeyp
 def test_a_crawler_made_for_an_evaluation_is_closed_when_it_ends(monkeypatch):
     monkeypatch.setenv("CRAWLER", "local")
     monkeypatch.setenv("CRAWLER_CALLBACK_URL", "http://127.0.0.1:9/webhook")
+    monkeypatch.setenv("CRAWLER_DELIVERY_RETRIES", "0")
     with dg.build_resources({"crawler": CrawlerResource()}) as r:
         crawler = r.crawler.get()
         assert r.crawler.get() is crawler          # one client for the evaluation
+        crawler.health()
+        assert crawler._threads == []              # reading health starts no fetcher
+        crawler.push("http://127.0.0.1:9/page")    # nothing listens: fetched and given up at once
         threads = list(crawler._threads)
-        assert all(t.is_alive() for t in threads)
+        assert threads and all(t.is_alive() for t in threads)
     assert not any(t.is_alive() for t in threads)  # closed with it, not kept for the process
     with dg.build_resources({"crawler": CrawlerResource()}) as r:
         assert r.crawler.get() is not crawler
@@ -79,5 +83,5 @@ def test_a_bad_setting_fails_the_tick_with_its_line_and_leaves_the_code_location
     assert defs.resolve_sensor_def("recrawl_sensor").minimum_interval_seconds == 60
     with dg.instance_for_test() as instance:
         with pytest.raises(dg.DagsterResourceFunctionError) as raised:
-            evaluate_sensor(defs.resolve_sensor_def("delivery_sensor"), instance)
+            evaluate_sensor(defs, "delivery_sensor", instance)
     assert "bad setting" in str(raised.value.__cause__) and "SENSOR_BATCH_SIZE='0'" in str(raised.value.__cause__)

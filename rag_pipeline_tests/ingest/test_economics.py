@@ -142,11 +142,10 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert shown.stderr.splitlines() == ["  3 of 3 pages re-chunked"]
         assert "3 page(s) to re-chunk" in shown.stdout
 
-        sensor = pipeline.defs.resolve_sensor_def("rechunk_sensor")
-        requests = evaluate_sensor(sensor, instance).run_requests
+        requests = evaluate_sensor(pipeline.defs, "rechunk_sensor", instance).run_requests
         assert len(requests) == 1 and sorted(batch_pages(requests[0])) == urls   # one batch run
         # A second look while the batch holds the pages finds nothing to add.
-        assert not evaluate_sensor(sensor, instance).run_requests
+        assert not evaluate_sensor(pipeline.defs, "rechunk_sensor", instance).run_requests
         outcome = pipeline.job.execute_in_process(run_config=requests[0].run_config, instance=instance,
                                                   tags=requests[0].tags)
         assert outcome.success
@@ -161,7 +160,7 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert dict(conn.execute("SELECT url, last_verified_at FROM pages").fetchall()) == verified_before
         assert {r[0] for r in conn.execute("SELECT DISTINCT chunker_version FROM chunks").fetchall()} == {
             chunking.chunker_signature(512, 64)}
-        assert not evaluate_sensor(sensor, instance).run_requests
+        assert not evaluate_sensor(pipeline.defs, "rechunk_sensor", instance).run_requests
         replan = json.loads(CliRunner().invoke(cli, ["backfill", "plan", "--json"]).output)
         assert replan["pages"] == 0
 
@@ -200,7 +199,6 @@ def test_the_sensor_routes_with_the_rules_file_its_settings_resource_names(db_co
                                                                           monkeypatch):
     from rag_pipeline.defs.resources import SettingsResource
     from rag_pipeline.ingest.rules import boilerplate_rules
-    from rag_pipeline_tests.harness import code_location_resources
 
     rules = tmp_path / "rules.yaml"
     rules.write_text("- name: session-banner\n  pattern: '^Your session id is [0-9a-f]+\\.\\n?'\n"
@@ -213,11 +211,11 @@ def test_the_sensor_routes_with_the_rules_file_its_settings_resource_names(db_co
     route_batch(db_conn, 100, MAX, rules=boilerplate_rules(rules))
     index(db_conn, url, CountingEmbedder())
     delivery = put(db_conn, url, "Your session id is 9f9f.\n\n" + doc(1))
-    resources = {**code_location_resources(),
-                 "settings": SettingsResource(overrides={"BOILERPLATE_RULES": str(rules)})}
+    defs = load_defs()
+    resources = {**defs.resources, "settings": SettingsResource(overrides={"BOILERPLATE_RULES": str(rules)})}
     with dg.instance_for_test() as instance, \
             dg.build_sensor_context(instance=instance, resources=resources) as context:
-        result = load_defs().resolve_sensor_def("delivery_sensor")(context)
+        result = defs.resolve_sensor_def("delivery_sensor")(context)
     assert not result.run_requests
     assert db_conn.execute("SELECT outcome FROM deliveries WHERE id = %s", (delivery,)).fetchone()[0] == "unchanged"
     # The tick list says what the tick did.
