@@ -127,7 +127,7 @@ def db_url(database: str) -> None:
 
 @db_group.command("migrate")
 def db_migrate() -> None:
-    """Apply the numbered migrations in sql/ that have not run yet; rebuild the lexical index if
+    """Apply the numbered migrations (sql/, or the copy a wheel carries) that have not run yet; rebuild the lexical index if
     SEARCH_TEXT_CONFIG names another text search configuration than it was built with."""
     from rag_pipeline.store import db, text_search
 

@@ -1,5 +1,12 @@
-"""The code location: every definition under rag_pipeline/defs, found by the defs loader."""
+"""The code location: every definition under rag_pipeline/defs, found by the defs loader.
 
+The loader is handed the defs module itself rather than left to find the checkout's
+pyproject.toml (`dg.load_from_defs_folder`): an installed release, a wheel in an image, has no
+pyproject.toml above it, and its code server would not start.
+"""
+
+import importlib
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -7,4 +14,13 @@ import dagster as dg
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+    tree = dg.ComponentTree(
+        defs_module=importlib.import_module("rag_pipeline.defs"),
+        project_root=Path(__file__).resolve().parents[1],
+    )
+    with warnings.catch_warnings():
+        # As load_from_defs_folder does: the loader's own preview and beta notices, and those of
+        # beta parameters the assets use (backfill_policy), are not the user's to act on.
+        for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
+            warnings.simplefilter("ignore", category)
+        return tree.build_defs()

@@ -32,7 +32,18 @@ log = logging.getLogger(__name__)
 
 APP_DATABASE = "rag"
 DAGSTER_DATABASE = "dagster"
-SQL_DIR = Path(os.environ.get("RAG_SQL_DIR", Path(__file__).resolve().parents[2] / "sql"))
+
+
+def _migrations_dir() -> Path:
+    """The copy an installed wheel carries in rag_pipeline/migrations (setup.py puts it there),
+    else the checkout's sql/ (a checkout, or an editable install of one)."""
+    packaged = Path(__file__).resolve().parents[1] / "migrations"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "sql"
+
+
+SQL_DIR = Path(os.environ["RAG_SQL_DIR"]) if os.environ.get("RAG_SQL_DIR") else _migrations_dir()
 # Any constant works; it only has to differ from other advisory locks of this database.
 MIGRATION_LOCK_KEY = 0x5241_4701
 
