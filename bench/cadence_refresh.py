@@ -1,4 +1,4 @@
-"""What one adaptive-cadence refresh costs recrawl_sensor at scale: N pages on the schedule, each
+"""What one adaptive-cadence refresh (the `cadence_refresh` run) costs at scale: N pages on the schedule, each
 with CADENCE_HISTORY observations, estimated and allocated in one refresh (crawl/adaptive.refresh).
 
     .venv/bin/python -m bench.cadence_refresh [--pages 100000] [--history 32]

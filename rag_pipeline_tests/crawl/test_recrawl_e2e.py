@@ -26,13 +26,15 @@ class Crawl:
         self.instance, self.defs, self.sim = instance, defs, sim
 
     def recrawl_tick(self) -> list[str]:
+        """The pages the tick's push run pushed; its other runs (a cadence refresh) run too."""
         result = evaluate_sensor(self.defs, "recrawl_sensor", self.instance)
         urls = []
         for request in result.run_requests or []:
-            outcome = self.defs.resolve_job_def("push").execute_in_process(
+            outcome = self.defs.resolve_job_def(request.job_name).execute_in_process(
                 run_config=request.run_config, instance=self.instance, tags=request.tags)
             assert outcome.success
-            urls += request.run_config["ops"]["push_pages"]["config"]["urls"]
+            if request.job_name == "push":
+                urls += request.run_config["ops"]["push_pages"]["config"]["urls"]
         return urls
 
     def run(self, job: str, op: str, config: dict) -> None:

@@ -105,7 +105,7 @@ def test_recrawl_sensor_hands_each_due_time_to_its_push_run(gate, database_url, 
         due_at, = conn.execute("SELECT next_crawl_at FROM pages").fetchone()
         defs = load_defs()
         result = evaluate_sensor(defs, "recrawl_sensor", instance)
-        request, = result.run_requests
+        request, = [r for r in result.run_requests if r.job_name == "push"]
         outcome = defs.resolve_job_def("push").execute_in_process(
             run_config=request.run_config, instance=instance)
         assert outcome.success
@@ -123,3 +123,54 @@ def test_a_new_cadence_does_not_delay_a_page_that_was_never_crawled(database_url
         schedule.claim_due(conn, 10, timedelta(minutes=10))
         schedule.set_cadence(conn, PRICING, PRICING, timedelta(hours=6))
         assert timedelta(minutes=9) < next_in(conn) <= timedelta(minutes=10)
+
+
+def test_recrawl_sensor_hands_the_cadence_refresh_to_a_run_of_its_own(database_url, monkeypatch):
+    """The refresh reads every page's observations: it runs as a `cadence_refresh` run (its figures
+    in the run's metadata), every CADENCE_REFRESH_S, never two at once, never inside a tick."""
+    import dagster as dg
+
+    from rag_pipeline.settings import get_settings
+    from rag_pipeline_tests.harness import evaluate_sensor, load_defs
+
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("CADENCE_REFRESH_S", "600")
+    get_settings.cache_clear()
+    with dg.instance_for_test() as instance, db.connection(database_url) as conn:
+        conn.autocommit = True
+        for url in (PRICING, DOCS):
+            pages.ensure(conn, page_id(url), url)
+        defs = load_defs()
+        # The first tick starts the clock; within CADENCE_REFRESH_S of it no refresh is asked.
+        first = evaluate_sensor(defs, "recrawl_sensor", instance)
+        assert not first.run_requests and first.skip_reason.skip_message.startswith("no page due")
+        again = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=first.cursor)
+        assert not again.run_requests and again.cursor == first.cursor
+        # CADENCE_REFRESH_S later: a refresh run (nothing is due, so it is the only request).
+        late = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=str(float(first.cursor) - 601))
+        request, = late.run_requests
+        assert request.job_name == "cadence_refresh" and request.run_key
+        assert float(late.cursor) >= float(first.cursor)
+
+        job = defs.resolve_job_def("cadence_refresh")
+        outcome = job.execute_in_process(instance=instance, tags=request.tags)
+        assert outcome.success
+        figures = _output_metadata(outcome)
+        assert figures["pages"] == 2 and figures["adaptive"] == 2 and figures["budget_per_day"] > 0
+        assert dict(conn.execute("SELECT url, cadence_source FROM pages")) == {PRICING: "default", DOCS: "default"}
+
+        # Due again while a refresh run is still going: none is added, and the tick says why.
+        monkeypatch.setenv("CADENCE_REFRESH_S", "0")
+        going = instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED)
+        held = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=first.cursor)
+        assert not held.run_requests and held.cursor == first.cursor
+        assert "the cadence refresh requested before has not ended" in held.skip_reason.skip_message
+        instance.report_run_failed(going)
+        freed = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=first.cursor)
+        assert [r.job_name for r in freed.run_requests] == ["cadence_refresh"]
+        assert float(freed.cursor) > float(first.cursor)
+
+
+def _output_metadata(outcome) -> dict:
+    (event,) = [e for e in outcome.all_node_events if e.event_type_value == "STEP_OUTPUT"]
+    return {k: v.value for k, v in event.event_specific_data.metadata.items()}

@@ -3,14 +3,21 @@
 The ops output Nothing: their results live in the pushes table and the run's metadata, and no
 IO manager is involved."""
 
+import time
 from datetime import datetime, timedelta
 
 import dagster as dg
 
+from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
 from rag_pipeline.crawl.pushing import push_targets, register_seeds
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import schedule
+
+
+# A page recrawl_sensor claimed is due again after this if its push run never recorded the push;
+# a cadence refresh leaves the next crawl of a page claimed this recently as it is.
+CLAIM_LEASE = timedelta(minutes=10)
 
 
 class PushConfig(dg.Config):
@@ -101,6 +108,34 @@ def seed_job():
         tags={"rag/kind": "push"})
 def recrawl_now_job():
     push_matching()
+
+
+@dg.op(out=dg.Out(dg.Nothing),
+       description="Derive every adaptable page's cadence again from its crawl observations and the "
+                   "crawl budget; move each next crawl to its last crawl + its new interval.")
+def refresh_cadences(context: dg.OpExecutionContext, postgres: PostgresResource,
+                     settings: SettingsResource) -> dg.Output:
+    current = settings.get()
+    rules = load_rules(current.cadence_file)
+    started = time.monotonic()
+    with postgres.connect() as conn:
+        with conn.transaction():
+            refreshed = adaptive.refresh(conn, rules, current, CLAIM_LEASE)
+    context.log.info(refreshed.summary())
+    return dg.Output(None, metadata={
+        "pages": refreshed.pages, "adaptive": refreshed.adaptive, "rewritten": refreshed.rewritten,
+        "budget_per_day": refreshed.budget_per_day, "planned_per_day": round(refreshed.planned_per_day, 1),
+        "note": refreshed.note, "seconds": round(time.monotonic() - started, 2),
+    })
+
+
+# A run, not work inside a recrawl_sensor tick: at 100,000 pages a refresh takes ~18 s, and it grows
+# with the pages while a tick must end within the daemon's 60 s; a tick that long would also hold
+# up the pushes that are due.
+@dg.job(name="cadence_refresh", tags={"rag/kind": "cadence_refresh"},
+        description="Derive the adaptive cadences again (recrawl_sensor requests it every CADENCE_REFRESH_S).")
+def cadence_refresh_job():
+    refresh_cadences()
 
 
 def push_run_config(urls: list[str], reason: str, due_at: list[datetime] | None = None) -> dict:

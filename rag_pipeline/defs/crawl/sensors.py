@@ -4,20 +4,18 @@ as check results on `pages`, so a paused crawler shows as a failed check in the 
 import json
 import time
 import uuid
-from datetime import timedelta
 
 import dagster as dg
 
-from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence import load_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
-from rag_pipeline.defs.crawl.jobs import push_job, push_run_config
+from rag_pipeline.defs.crawl.jobs import CLAIM_LEASE, cadence_refresh_job, push_job, push_run_config
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings, SettingsError, load_settings
 from rag_pipeline.store import pushes, schedule
 
-# A claimed page is due again after this if its push run never recorded the push.
-CLAIM_LEASE = timedelta(minutes=10)
+# A refresh run in one of these states is the refresh still to come: no second one is requested.
+_REFRESH_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 
 
 def recrawl_sensor_every(interval_s: int) -> dg.SensorDefinition:
@@ -25,15 +23,15 @@ def recrawl_sensor_every(interval_s: int) -> dg.SensorDefinition:
     interval when the code location loads)."""
     return dg.sensor(
         name="recrawl_sensor",
-        job=push_job,
+        jobs=[push_job, cadence_refresh_job],
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Pushes the pages whose next_crawl_at has passed (each page by its own recrawl_every), "
             "RECRAWL_BATCH_SIZE per tick, as one run of the `push` job. Pages first seen through a "
-            "delivery get their cadence from cadence.yaml here; every CADENCE_REFRESH_S each "
-            "adaptable page's cadence is derived again from its estimated change rate and the "
-            "crawl budget."
+            "delivery get their cadence from cadence.yaml here; every CADENCE_REFRESH_S it requests "
+            "a `cadence_refresh` run, which derives each adaptable page's cadence again from its "
+            "estimated change rate and the crawl budget."
         ),
     )(push_due_pages)
 
@@ -42,31 +40,44 @@ def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResour
                    settings: SettingsResource) -> dg.SensorResult:
     current = settings.get()
     rules = load_rules(current.cadence_file)
-    refreshed_at = float(context.cursor or 0)
     now = time.time()
+    # The first tick starts the clock: a new deployment has no observations to refresh from yet.
+    refreshed_at = float(context.cursor) if context.cursor else now
     with postgres.connect() as conn:
         with conn.transaction():
             expired = pushes.expire_pending(conn)
             assigned = schedule.assign_defaults(conn, rules.every_for, current.recrawl_batch_size)
-        if now - refreshed_at >= current.cadence_refresh_s:
-            with conn.transaction():
-                context.log.info(adaptive.refresh(conn, rules, current, CLAIM_LEASE).summary())
-            refreshed_at = now
         with conn.transaction():
             due = schedule.claim_due(conn, current.recrawl_batch_size, CLAIM_LEASE,
                                      rules.tombstone_recheck)
     if expired:
         context.log.warning(f"{expired} push(es) left pending by a push run that died: marked failed")
+    requests = []
+    if due:
+        urls = [t.page_url for t in due]
+        requests.append(dg.RunRequest(
+            job_name=push_job.name, run_key=f"recrawl-{uuid.uuid4().hex[:12]}",
+            run_config=push_run_config(urls, "schedule", [t.due_at for t in due]),
+            tags={"rag/reason": "schedule", "rag/pages": str(len(urls))},
+        ))
+    refresh = ""
+    if now - refreshed_at >= current.cadence_refresh_s:
+        if _refresh_pending(context.instance):
+            refresh = "; the cadence refresh requested before has not ended"
+        else:
+            requests.append(dg.RunRequest(job_name=cadence_refresh_job.name,
+                                          run_key=f"cadence-refresh-{now:.3f}"))
+            refreshed_at = now
     cursor = str(refreshed_at)
-    if not due:
+    if not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason(
-            f"no page due ({assigned} new page(s) given a cadence)"), cursor=cursor)
-    urls = [t.page_url for t in due]
-    return dg.SensorResult(run_requests=[dg.RunRequest(
-        run_key=f"recrawl-{uuid.uuid4().hex[:12]}",
-        run_config=push_run_config(urls, "schedule", [t.due_at for t in due]),
-        tags={"rag/reason": "schedule", "rag/pages": str(len(urls))},
-    )], cursor=cursor)
+            f"no page due ({assigned} new page(s) given a cadence){refresh}"), cursor=cursor)
+    return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+
+def _refresh_pending(instance: dg.DagsterInstance) -> bool:
+    return bool(instance.get_run_records(
+        dg.RunsFilter(job_name=cadence_refresh_job.name, statuses=_REFRESH_PENDING), limit=1))
 
 
 @dg.sensor(
