@@ -18,7 +18,10 @@ class build_py_with_migrations(build_py):
         if not files:
             raise SystemExit(f"no migrations in {SQL}: the wheel would ship a database it cannot create")
         target = Path(self.build_lib) / "rag_pipeline" / "migrations"
-        target.mkdir(parents=True, exist_ok=True)
+        # build/lib is reused from one build to the next: a migration renamed or removed since must
+        # not ride along, since `db migrate` applies every numbered file it finds.
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
         for path in files:
             shutil.copyfile(path, target / path.name)
 

@@ -37,23 +37,35 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path]:
-    """The wheel built from a copy of the sources (the checkout is left as it is), installed
-    alone into a folder of its own."""
-    work = tmp_path_factory.mktemp("release")
-    source = work / "source"
-    source.mkdir()
+def _copy_sources(target: Path) -> Path:
+    """The sources a release is built from, copied (the checkout is left as it is)."""
+    target.mkdir()
     for name in SOURCES:
         path = CHECKOUT / name
         if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build"))
         else:
-            shutil.copy2(path, source / name)
-    wheels = work / "wheels"
+            shutil.copy2(path, target / name)
+    return target
+
+
+def _build_wheel(source: Path, wheels: Path) -> Path:
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-          "--no-index", "-w", str(wheels), str(source)], cwd=work)
+          "--no-index", "-w", str(wheels), str(source)], cwd=source.parent)
     (wheel,) = wheels.glob("rag_pipeline-*.whl")
+    return wheel
+
+
+def _shipped_migrations(wheel: Path) -> list[str]:
+    return sorted(Path(name).name for name in zipfile.ZipFile(wheel).namelist()
+                  if name.startswith("rag_pipeline/migrations/"))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path]:
+    """The wheel built from a copy of the sources, installed alone into a folder of its own."""
+    work = tmp_path_factory.mktemp("release")
+    wheel = _build_wheel(_copy_sources(work / "source"), work / "wheels")
     site = work / "site"
     _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site),
           str(wheel)], cwd=work)
@@ -74,9 +86,21 @@ def _release_env(site: Path, **extra: str) -> dict[str, str]:
 
 def test_the_wheel_carries_every_migration(installed):
     wheel, _ = installed
-    shipped = sorted(Path(name).name for name in zipfile.ZipFile(wheel).namelist()
-                     if name.startswith("rag_pipeline/migrations/"))
-    assert shipped == [path.name for path in db.migration_files(CHECKOUT / "sql")]
+    assert _shipped_migrations(wheel) == [path.name for path in db.migration_files(CHECKOUT / "sql")]
+
+
+def test_a_wheel_built_again_carries_only_the_migrations_there_are_now(tmp_path):
+    """`pip install .` reuses the build folder: a migration renamed since the last build must not
+    ride along under its old name (db migrate applies every numbered file it finds)."""
+    source = _copy_sources(tmp_path / "source")
+    first = _build_wheel(source, tmp_path / "first")
+    newest = db.migration_files(source / "sql")[-1]
+    renamed = newest.with_name(f"{int(newest.name[:3]) + 1:03d}{newest.name[3:]}")
+    newest.rename(renamed)
+    second = _build_wheel(source, tmp_path / "second")
+    assert newest.name in _shipped_migrations(first) and renamed.name not in _shipped_migrations(first)
+    assert _shipped_migrations(second) == [path.name for path in db.migration_files(source / "sql")]
+    assert newest.name not in _shipped_migrations(second)
 
 
 def test_an_installed_release_loads_its_code_location_away_from_any_checkout(installed, tmp_path):

@@ -1,5 +1,5 @@
-"""Re-derives the cadence of every adaptable page from its crawl observations (recrawl_sensor,
-every CADENCE_REFRESH_S): the estimate (core.change_rate), the budget's allocation
+"""Re-derives the cadence of every adaptable page from its crawl observations (a `cadence_refresh`
+run, which recrawl_sensor requests every CADENCE_REFRESH_S): the estimate (core.change_rate), the budget's allocation
 (core.recrawl_policy), and each page's next crawl moved to its last crawl + its new interval."""
 
 from __future__ import annotations

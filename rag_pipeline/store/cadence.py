@@ -44,14 +44,18 @@ def set_cadences(conn: psycopg.Connection, updates: Sequence[tuple[UUID, float, 
                  leased_within: timedelta) -> int:
     """(page_id, interval_s, change_rate, why) for adaptable pages: the next crawl moves to the last
     crawl + the new interval (not before now). A page claimed for a push whose result is not recorded
-    yet (next crawl within ``leased_within``) keeps its slot: its push run reschedules it."""
+    yet (next crawl within ``leased_within``) keeps its slot: its push run reschedules it.
+
+    "Now" is the clock at the row, not the transaction's start: a refresh is one long transaction,
+    and a page recrawl_sensor claims while it runs has its lease measured from the claim."""
     if not updates:
         return 0
     return conn.execute(
         "UPDATE pages p SET recrawl_every = make_interval(secs => u.every_s), change_rate = u.rate,"
         "   cadence_why = u.why, cadence_updated_at = now(),"
-        "   next_crawl_at = CASE WHEN p.next_crawl_at > now() + %s"
-        "     THEN greatest(now(), coalesce(p.last_crawled_at, p.first_seen_at) + make_interval(secs => u.every_s))"
+        "   next_crawl_at = CASE WHEN p.next_crawl_at > clock_timestamp() + %s"
+        "     THEN greatest(clock_timestamp(),"
+        "                   coalesce(p.last_crawled_at, p.first_seen_at) + make_interval(secs => u.every_s))"
         "     ELSE p.next_crawl_at END"
         " FROM unnest(%s::uuid[], %s::float8[], %s::float8[], %s::text[]) AS u(page_id, every_s, rate, why)"
         " WHERE p.page_id = u.page_id AND p.cadence_source = 'default'",

@@ -35,12 +35,12 @@ DAGSTER_DATABASE = "dagster"
 
 
 def _migrations_dir() -> Path:
-    """The copy an installed wheel carries in rag_pipeline/migrations (setup.py puts it there),
-    else the checkout's sql/ (a checkout, or an editable install of one)."""
-    packaged = Path(__file__).resolve().parents[1] / "migrations"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "sql"
+    """The checkout's sql/ (a checkout, or an editable install of one), else the copy an installed
+    wheel carries in rag_pipeline/migrations (setup.py puts it there)."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "sql").is_dir():
+        return root / "sql"
+    return Path(__file__).resolve().parents[1] / "migrations"
 
 
 SQL_DIR = Path(os.environ["RAG_SQL_DIR"]) if os.environ.get("RAG_SQL_DIR") else _migrations_dir()

@@ -125,6 +125,28 @@ def test_a_new_cadence_does_not_delay_a_page_that_was_never_crawled(database_url
         assert timedelta(minutes=9) < next_in(conn) <= timedelta(minutes=10)
 
 
+
+def test_a_cadence_refresh_keeps_the_lease_of_a_page_claimed_while_it_runs(database_url):
+    """The refresh is one long transaction (a `cadence_refresh` run): a page recrawl_sensor claims
+    after it began is leased from the claim, and the refresh must not make it due again."""
+    from rag_pipeline.store import cadence
+
+    with db.connection(database_url) as refresh, db.connection(database_url) as tick:
+        tick.autocommit = True
+        pages.ensure(tick, page_id(PRICING), PRICING)
+        schedule.assign_defaults(tick, load_rules().every_for, limit=10)
+        tick.execute("UPDATE pages SET last_crawled_at = now() - interval '3 hours',"
+                     " next_crawl_at = now() - interval '1 minute'")
+        refresh.execute("SELECT now()")                    # the refresh's transaction has begun
+        claimed = schedule.claim_due(tick, 10, timedelta(minutes=10))
+        assert [t.page_url for t in claimed] == [PRICING]
+        assert cadence.set_cadences(refresh, [(page_id(PRICING), 3600.0, 1e-4, "test")],
+                                    timedelta(minutes=10)) == 1
+        refresh.commit()
+        assert timedelta(minutes=9) < next_in(tick) <= timedelta(minutes=10)   # still leased
+        assert schedule.claim_due(tick, 10, timedelta(minutes=10)) == []       # not pushed twice
+
+
 def test_recrawl_sensor_hands_the_cadence_refresh_to_a_run_of_its_own(database_url, monkeypatch):
     """The refresh reads every page's observations: it runs as a `cadence_refresh` run (its figures
     in the run's metadata), every CADENCE_REFRESH_S, never two at once, never inside a tick."""
@@ -150,6 +172,7 @@ def test_recrawl_sensor_hands_the_cadence_refresh_to_a_run_of_its_own(database_u
         late = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=str(float(first.cursor) - 601))
         request, = late.run_requests
         assert request.job_name == "cadence_refresh" and request.run_key
+        assert int(request.tags["dagster/max_runtime"]) > 0     # a dead worker's run is failed in time
         assert float(late.cursor) >= float(first.cursor)
 
         job = defs.resolve_job_def("cadence_refresh")
@@ -164,7 +187,8 @@ def test_recrawl_sensor_hands_the_cadence_refresh_to_a_run_of_its_own(database_u
         going = instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED)
         held = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=first.cursor)
         assert not held.run_requests and held.cursor == first.cursor
-        assert "the cadence refresh requested before has not ended" in held.skip_reason.skip_message
+        assert (f"the cadence refresh requested before (run {going.run_id[:8]}) has not ended"
+                in held.skip_reason.skip_message)
         instance.report_run_failed(going)
         freed = evaluate_sensor(defs, "recrawl_sensor", instance, cursor=first.cursor)
         assert [r.job_name for r in freed.run_requests] == ["cadence_refresh"]

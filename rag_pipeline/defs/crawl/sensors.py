@@ -15,7 +15,13 @@ from rag_pipeline.settings import Settings, SettingsError, load_settings
 from rag_pipeline.store import pushes, schedule
 
 # A refresh run in one of these states is the refresh still to come: no second one is requested.
-_REFRESH_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+_REFRESH_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+                    dg.DagsterRunStatus.CANCELING]
+# A refresh run still going after this is failed by run monitoring (deploy/dagster.yaml): the default
+# run launcher cannot tell a dead worker from a slow one, and a run left STARTED would hold off every
+# refresh until the instance-wide max_runtime_seconds (an hour). A refresh takes ~18 s at 100,000
+# pages.
+REFRESH_MAX_RUNTIME_S = 900
 
 
 def recrawl_sensor_every(interval_s: int) -> dg.SensorDefinition:
@@ -62,11 +68,14 @@ def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResour
         ))
     refresh = ""
     if now - refreshed_at >= current.cadence_refresh_s:
-        if _refresh_pending(context.instance):
-            refresh = "; the cadence refresh requested before has not ended"
+        pending = _pending_refresh(context.instance)
+        if pending:
+            refresh = f"; the cadence refresh requested before (run {pending}) has not ended"
+            context.log.info(f"cadence refresh due, but run {pending} has not ended: none requested")
         else:
             requests.append(dg.RunRequest(job_name=cadence_refresh_job.name,
-                                          run_key=f"cadence-refresh-{now:.3f}"))
+                                          run_key=f"cadence-refresh-{now:.3f}",
+                                          tags={"dagster/max_runtime": str(REFRESH_MAX_RUNTIME_S)}))
             refreshed_at = now
     cursor = str(refreshed_at)
     if not requests:
@@ -75,9 +84,11 @@ def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResour
     return dg.SensorResult(run_requests=requests, cursor=cursor)
 
 
-def _refresh_pending(instance: dg.DagsterInstance) -> bool:
-    return bool(instance.get_run_records(
-        dg.RunsFilter(job_name=cadence_refresh_job.name, statuses=_REFRESH_PENDING), limit=1))
+def _pending_refresh(instance: dg.DagsterInstance) -> str | None:
+    """The id of a refresh run not ended yet, if any."""
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name=cadence_refresh_job.name, statuses=_REFRESH_PENDING), limit=1)
+    return records[0].dagster_run.run_id[:8] if records else None
 
 
 @dg.sensor(
