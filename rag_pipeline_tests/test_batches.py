@@ -199,3 +199,21 @@ def test_a_run_that_ended_without_finishing_its_batch_frees_it_even_without_the_
     assert rows == [("embedded", 1), ("embedded", 1)]
     reasons = [r[0] for r in conn.execute("SELECT end_reason FROM batches ORDER BY requested_at")]
     assert "its run ended (FAILURE)" in reasons[0] and reasons[1] == "applied"
+
+
+def test_a_tick_past_its_routing_budget_sends_what_it_routed_and_leaves_the_rest_for_the_next(stack, conn,
+                                                                                               monkeypatch):
+    """A tick must end within the daemon's 60 s: past ROUTE_BUDGET_S routing stops (after one chunk
+    of 25), the pages it routed go into runs at once, and the next tick routes on from there."""
+    from rag_pipeline.defs.index import sensors
+
+    base, fake, pipeline = stack
+    for n in range(40):
+        deliver(base, url(n), page(n))
+    monkeypatch.setattr(sensors, "ROUTE_BUDGET_S", 0.0)
+    first = pipeline.tick()
+    assert len(first.partitions) == 25 and all(run.is_success for run in first.runs)
+    assert conn.execute("SELECT count(*) FROM deliveries WHERE processed_at IS NULL").fetchone()[0] == 15
+    second = pipeline.tick()
+    assert sorted(first.partitions + second.partitions) == sorted(url(n) for n in range(40))
+    assert conn.execute("SELECT count(*) FROM deliveries WHERE outcome = 'embedded'").fetchone()[0] == 40

@@ -8,6 +8,7 @@ lock, so routing and a run's switch never interleave.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -43,6 +44,8 @@ class RoutingResult:
     settled: list[Settled] = field(default_factory=list)
     #: Redirects recorded this time: target page → (the URL that redirects to it, the delivery).
     redirects: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: Stopped at its deadline with deliveries possibly left: they wait for the next call.
+    cut_short: bool = False
 
     @property
     def routed(self) -> int:
@@ -56,9 +59,11 @@ ROUTE_CHUNK = 25
 
 
 def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
-                chunk: int = ROUTE_CHUNK, *, rules: list[BoilerplateRule] | None = None) -> RoutingResult:
+                chunk: int = ROUTE_CHUNK, *, rules: list[BoilerplateRule] | None = None,
+                until: float | None = None) -> RoutingResult:
     """Route up to `limit` unrouted deliveries, `chunk` per transaction (one savepoint each), with
-    `rules` (unset: this process's BOILERPLATE_RULES)."""
+    `rules` (unset: this process's BOILERPLATE_RULES). No chunk starts after `until` (a
+    time.monotonic() deadline), but one always runs: a caller with a time limit still advances."""
     result = RoutingResult()
     rules = rules if rules is not None else configured_boilerplate_rules()
     while result.routed < limit:
@@ -86,6 +91,9 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                         _settled(result, delivery, outcome)
                 result.outcomes[outcome] += 1
         if len(claimed) < chunk:
+            break
+        if until is not None and time.monotonic() >= until and result.routed < limit:
+            result.cut_short = True
             break
     return result
 

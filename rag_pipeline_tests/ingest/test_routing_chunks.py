@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -57,3 +58,18 @@ def test_routed_chunks_commit_before_the_batch_ends(db_conn, database_url, monke
         release.set()
         worker.join(30)
     assert sum(done[0].outcomes.values()) == 12 and done[0].outcomes["queued"] == 12
+
+
+def test_routing_stops_at_its_deadline_after_one_chunk_and_leaves_the_rest_unrouted(db_conn):
+    """The sensor routes against a time budget (a tick must end within the daemon's 60 s): past the
+    deadline no chunk starts, but one always runs, so a slow tick still advances."""
+    for i in range(12):
+        put(db_conn, f"https://a.example.com/d{i}", f"# Page {i}\n\nText {i}.")
+    first = routing.route_batch(db_conn, 100, MAX, chunk=5, until=time.monotonic())
+    assert first.routed == 5 and first.cut_short
+    unrouted = db_conn.execute("SELECT count(*) FROM deliveries WHERE processed_at IS NULL").fetchone()[0]
+    assert unrouted == 7
+    rest = routing.route_batch(db_conn, 100, MAX, chunk=5, until=time.monotonic() + 60)
+    assert rest.routed == 7 and not rest.cut_short
+    # At its limit, a call is not "cut short" even past the deadline.
+    assert not routing.route_batch(db_conn, 100, MAX, chunk=5, until=time.monotonic()).cut_short

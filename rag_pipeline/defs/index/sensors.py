@@ -1,5 +1,6 @@
 """delivery_sensor: turns stored crawler deliveries into batch runs, only for real changes."""
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -21,6 +22,11 @@ from rag_pipeline.store import deliveries, pages, spaces
 # began: at the turn 15 s later it is 14.9 s old, so a 15 s minimum would tick every 20 s (measured:
 # median 19.7 s). 14 s ticks every 15 s.
 DELIVERY_TICK_S = 14
+# A tick's evaluation must end within the daemon's 60 s (DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS), or
+# its run requests are lost with it. Routing costs ~4-9 ms a delivery, so a large SENSOR_BATCH_SIZE
+# (or a slow moment) could take longer: routing stops starting chunks after this, leaves the rest
+# for the next tick, and the work it routed still goes into runs now.
+ROUTE_BUDGET_S = 25.0
 
 
 @dg.sensor(
@@ -44,7 +50,8 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     due = last is None or now.timestamp() - last >= current.index_snapshot_every_s
     with postgres.connect() as conn:
         routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes,
-                             rules=boilerplate_rules(current.boilerplate_rules))
+                             rules=boilerplate_rules(current.boilerplate_rules),
+                             until=time.monotonic() + ROUTE_BUDGET_S)
         # Batches whose run will never finish them give their pages back (a try counted), before
         # the retries due are claimed and the free pages leased to new batches, in this same tick.
         recovered = reconcile(context.instance, conn, current)
@@ -77,13 +84,15 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     # would have the daemon look each key up on its own connection first: ~10 ms a key, 20 s for
     # the 2,000 pages of one tick of an initial load.)
     context.instance.add_dynamic_partitions(pages_partitions.name, urls)
-    context.log.info("routed %s; %d page(s) in %d batch run(s), %d retried",
-                     dict(routed.outcomes), len(urls), len(requests), retried)
+    budget = (f"; routing stopped at the tick's {ROUTE_BUDGET_S:g} s budget, the rest waits for the next tick"
+              if routed.cut_short else "")
+    context.log.info("routed %s; %d page(s) in %d batch run(s), %d retried%s",
+                     dict(routed.outcomes), len(urls), len(requests), retried, budget)
     # A tick that settled every delivery without a run (a recrawl of unchanged pages) says what
     # it did in the tick list, not "Sensor function returned an empty result".
     settled = None if requests else dg.SkipReason(
         "routed " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(routed.outcomes.items()))
-        + "; no page needs a run")
+        + "; no page needs a run" + budget)
     return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor, skip_reason=settled)
 
 
