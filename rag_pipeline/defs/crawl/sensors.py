@@ -19,8 +19,8 @@ _REFRESH_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg
                     dg.DagsterRunStatus.CANCELING]
 # A refresh run still going after this is failed by run monitoring (deploy/dagster.yaml): the default
 # run launcher cannot tell a dead worker from a slow one, and a run left STARTED would hold off every
-# refresh until the instance-wide max_runtime_seconds (an hour). A refresh takes ~18 s at 100,000
-# pages.
+# refresh until the instance-wide max_runtime_seconds (an hour). A refresh takes 18-31 s at
+# 100,000 pages.
 REFRESH_MAX_RUNTIME_S = 900
 
 
