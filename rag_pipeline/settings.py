@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rag_pipeline.core.addresses import Network, parse_networks
+
 # The checkout that holds this code (an editable install, as `make run` makes), if it is one.
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -154,6 +156,11 @@ class Settings(BaseSettings):
     crawler_timeout_s: float = Field(default=30.0, alias="CRAWLER_TIMEOUT_S", gt=0)
     crawler_per_host: int = Field(default=2, alias="CRAWLER_PER_HOST", ge=1, le=32)
     crawler_delivery_retries: int = Field(default=5, alias="CRAWLER_DELIVERY_RETRIES", ge=0, le=20)
+    # The network guard of every fetch (pages, redirects, robots.txt, sitemaps): only globally
+    # routable addresses, plus these networks (comma-separated CIDRs; `make run`: 127.0.0.0/8).
+    crawler_allow_networks: str = Field(default="", alias="CRAWLER_ALLOW_NETWORKS")
+    # One fetch, redirects and body included, ends within this.
+    crawler_fetch_deadline_s: float = Field(default=120.0, alias="CRAWLER_FETCH_DEADLINE_S", gt=0, le=3600)
     # Recrawls: pages pushed per sensor tick, cadence defaults, and crawler health thresholds.
     recrawl_batch_size: int = Field(default=500, alias="RECRAWL_BATCH_SIZE", ge=1)
     recrawl_interval_s: int = Field(default=60, alias="RECRAWL_INTERVAL_S", ge=1)
@@ -198,6 +205,15 @@ class Settings(BaseSettings):
         if value is not None and not (value.isascii() and value.isprintable() and " " not in value):
             raise ValueError("must be printable ASCII without spaces (a placeholder pasted as it is?)")
         return value
+
+    @field_validator("crawler_allow_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        parse_networks(value)   # a bad entry is refused when settings load, not at the first fetch
+        return value
+
+    def allowed_networks(self) -> tuple[Network, ...]:
+        return parse_networks(self.crawler_allow_networks)
 
     @field_validator("rag_home")
     @classmethod

@@ -12,6 +12,8 @@ QUERY_API_PORT="${QUERY_API_PORT:-8810}"
 SITE_PORT="${SITE_PORT:-8900}"
 # The demo crawls a loopback site: the built-in local crawler, unless CRAWLER says otherwise.
 export CRAWLER="${CRAWLER:-local}"
+# The network guard refuses non-public addresses; the demo site is on loopback, so that one is let in.
+export CRAWLER_ALLOW_NETWORKS="${CRAWLER_ALLOW_NETWORKS:-127.0.0.0/8}"
 export WEBHOOK_PORT
 users_query_token="${QUERY_API_TOKEN:-}"
 # shellcheck source=scripts/setup.sh

@@ -41,4 +41,5 @@ def make_crawler(settings: Settings) -> Crawler:
         callback_url=callback_url(settings), user_agent=settings.crawler_user_agent,
         timeout_s=settings.crawler_timeout_s, per_host=settings.crawler_per_host,
         delivery_retries=settings.crawler_delivery_retries,
+        allowed_networks=settings.allowed_networks(), fetch_deadline_s=settings.crawler_fetch_deadline_s,
     )

@@ -16,11 +16,14 @@ from bs4 import BeautifulSoup
 from markdownify import MarkdownConverter
 
 from rag_pipeline.core.retrying import Backoff, is_retryable_status
+from rag_pipeline.crawl.guarded_http import FetchError, Refused, fetch
 
 # Crawlbase's own "the crawl failed" statuses are 5xx in PC-Status; we use 520 for a fetch that
 # failed at the network level (timeout, refused, TLS) and keep the site's status when there is one.
 CRAWL_FAILED = 520
 MAX_PAGE_BYTES = 20 * 1024 * 1024
+# The whole fetch, redirects and a slow body included: a site that drips bytes frees its worker.
+FETCH_DEADLINE_S = 120.0
 _DROP = ("script", "style", "noscript", "template", "iframe", "svg")
 
 
@@ -45,21 +48,27 @@ def html_to_markdown(html: str) -> str:
     return text.strip() + "\n"
 
 
-def fetch_markdown(client: httpx.Client, url: str, *, max_bytes: int = MAX_PAGE_BYTES) -> Fetched:
-    """GET `url` (redirects followed by the client) and convert it; never raises for the network."""
+def fetch_markdown(client: httpx.Client, url: str, *, max_bytes: int = MAX_PAGE_BYTES,
+                   deadline_s: float = FETCH_DEADLINE_S) -> Fetched:
+    """GET `url` through the guard (`guarded_http.fetch`) and convert it.
+
+    A failure of the network or of the answer's form is a crawl that failed (status 520 with its
+    reason), as Crawlbase delivers one. A hop the guard refuses raises `Refused`: nothing of it
+    may be delivered, not even a failure under its URL.
+    """
     try:
-        with client.stream("GET", url) as resp:
-            body = bytearray()
-            for part in resp.iter_bytes():
-                body.extend(part)
-                if len(body) > max_bytes:
-                    return Fetched(str(resp.url), resp.status_code, CRAWL_FAILED, "",
-                                   f"page larger than {max_bytes} bytes")
-            content_type = resp.headers.get("content-type", "")
-            text = bytes(body).decode(resp.encoding or "utf-8", errors="replace")
-            final_url, status = str(resp.url), resp.status_code
-    except httpx.HTTPError as exc:
-        return Fetched(url, None, CRAWL_FAILED, "", f"{type(exc).__name__}: {exc}")
+        with fetch(client, url, deadline_s=deadline_s) as answer:
+            body = answer.read(max_bytes)
+            content_type, charset = answer.content_type, answer.charset
+            final_url, status = answer.url, answer.status
+    except Refused:
+        raise
+    except FetchError as exc:
+        return Fetched(url, None, CRAWL_FAILED, "", str(exc))
+    try:
+        text = body.decode(charset or "utf-8", errors="replace")
+    except LookupError:   # a charset Python does not know
+        text = body.decode("utf-8", errors="replace")
     if "html" in content_type or text.lstrip()[:15].lower().startswith(("<!doctype html", "<html")):
         text = html_to_markdown(text)
     return Fetched(final_url, status, 200, text)

@@ -1,7 +1,8 @@
 """The local crawler: for running without a Crawlbase account (and what `make run` uses).
 
-A push queues the URL and answers a rid at once, like Crawlbase. Worker threads fetch it with
-httpx (redirects followed, timeouts, a User-Agent, at most `per_host` requests per host at a time),
+A push queues the URL and answers a rid at once, like Crawlbase. Worker threads fetch it through
+the network guard (`guarded_http`: every hop's address checked, redirects followed by hand, one
+deadline a fetch), with a User-Agent and at most `per_host` requests per host at a time, then
 convert HTML to markdown and deliver it to our receiver exactly as Crawlbase would. The work lives
 in this process, so whoever pushes must `drain()` before exiting (the push job and the CLI do), then
 collect `delivery_failures()`: a delivery the receiver refused fails its push.
@@ -18,8 +19,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.crawl.base import CrawlerHealth, PushError, Pushed, callback_headers
-from rag_pipeline.crawl.fetching import DeliveryFailed, deliver, fetch_markdown
+from rag_pipeline.crawl.fetching import FETCH_DEADLINE_S, DeliveryFailed, deliver, fetch_markdown
+from rag_pipeline.crawl.guarded_http import Refused, guarded_client
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +36,17 @@ class LocalCrawler:
 
     def __init__(self, *, callback_url: str, user_agent: str, timeout_s: float = 30.0,
                  per_host: int = 2, workers: int = 8, delivery_retries: int = 5,
-                 delivery_backoff_s: float = 0.5):
+                 delivery_backoff_s: float = 0.5, allowed_networks: tuple[Network, ...] = (),
+                 fetch_deadline_s: float = FETCH_DEADLINE_S):
         self.callback_url = callback_url
         self.per_host = per_host
         self.delivery_retries = delivery_retries
         self.delivery_backoff_s = delivery_backoff_s
-        self._fetch_client = httpx.Client(
-            follow_redirects=True, max_redirects=10, timeout=timeout_s,
-            headers={"User-Agent": user_agent, "Accept": "text/html, text/markdown;q=0.9, */*;q=0.5"},
+        self.allowed_networks = allowed_networks
+        self.fetch_deadline_s = fetch_deadline_s
+        self._fetch_client = guarded_client(
+            allowed=allowed_networks, user_agent=user_agent, timeout_s=timeout_s,
+            headers={"Accept": "text/html, text/markdown;q=0.9, */*;q=0.5"},
         )
         self._deliver_client = httpx.Client(timeout=timeout_s)
         self._jobs: queue.Queue = queue.Queue()
@@ -56,9 +62,14 @@ class LocalCrawler:
         self._threads: list[threading.Thread] = []   # started by the first push: a health read needs none
 
     def push(self, url: str, *, push_id: int | None = None) -> Pushed:
-        scheme = urlsplit(url).scheme.lower()
-        if scheme not in ("http", "https"):
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("http", "https"):
             raise PushError(f"cannot crawl {url!r}: only http(s)", status=400)
+        # A host that is an address (or names this machine) is refused before any queueing; a
+        # name is checked when each hop connects.
+        refused = host_refusal(parts.hostname or "", self.allowed_networks)
+        if refused:
+            raise PushError(f"refused {url}: {refused}", status=403)
         rid = uuid.uuid4().hex
         with self._idle:
             if not self._threads:
@@ -86,10 +97,14 @@ class LocalCrawler:
                     if rid not in self._waiting:     # given up on by drain(): its push failed
                         continue
                 with self._host(url):
-                    fetched = fetch_markdown(self._fetch_client, url)
+                    fetched = fetch_markdown(self._fetch_client, url, deadline_s=self.fetch_deadline_s)
                 deliver(self._deliver_client, self.callback_url, rid, fetched, extra,
                         retries=self.delivery_retries, backoff_s=self.delivery_backoff_s)
                 self.delivered += 1
+            except Refused as exc:
+                # Nothing of a refused hop is delivered: the push fails with the reason.
+                log.warning("local crawler: %s", exc)
+                self._failed(rid, str(exc))
             except DeliveryFailed as exc:
                 log.warning("local crawler: %s (%s)", exc, url)
                 self._failed(rid, str(exc))

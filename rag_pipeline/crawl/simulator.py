@@ -29,8 +29,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from rag_pipeline.core.addresses import parse_networks
 from rag_pipeline.crawl.base import decode_callback_headers
-from rag_pipeline.crawl.fetching import Fetched, fetch_markdown, post_delivery, delivery_headers
+from rag_pipeline.crawl.guarded_http import Refused, guarded_client
+from rag_pipeline.crawl.fetching import CRAWL_FAILED, Fetched, fetch_markdown, post_delivery, delivery_headers
 
 PROBE_USER_AGENT = "Crawlbase Monitoring Bot 1.0"
 
@@ -92,8 +94,9 @@ class CrawlbaseSimulator:
         self._paused = False
         self._probe_failures = 0
         self._stop = threading.Event()
-        self._fetch = httpx.Client(follow_redirects=True, max_redirects=10, timeout=fetch_timeout_s,
-                                   headers={"User-Agent": "Mozilla/5.0 (compatible; CrawlbaseSimulator)"})
+        # It stands in for Crawlbase's crawlers, which crawl the loopback sites of tests and benches.
+        self._fetch = guarded_client(allowed=parse_networks("127.0.0.0/8, ::1/128"), timeout_s=fetch_timeout_s,
+                                     user_agent="Mozilla/5.0 (compatible; CrawlbaseSimulator)")
         self._post = httpx.Client(timeout=10.0, headers={"User-Agent": "Crawlbase Crawler"})
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -263,6 +266,12 @@ class CrawlbaseSimulator:
                 with self._lock:
                     self._in_flight -= 1
 
+    def _fetched(self, url: str) -> Fetched:
+        try:
+            return fetch_markdown(self._fetch, url)
+        except Refused as exc:   # a crawl that failed, as Crawlbase would deliver it
+            return Fetched(url, None, CRAWL_FAILED, "", str(exc))
+
     def _crawl(self, job: Job) -> None:
         faults = self.faults
         low, high = faults.delay_s
@@ -276,11 +285,11 @@ class CrawlbaseSimulator:
             fetched = Fetched(job.url, faults.gone[job.url], 200, "Not Found\n")
         elif job.url in faults.redirects:
             # Crawlbase follows the redirect and reports the final URL in the `url` header.
-            landed = fetch_markdown(self._fetch, faults.redirects[job.url])
+            landed = self._fetched(faults.redirects[job.url])
             fetched = Fetched(faults.redirects[job.url], landed.original_status, landed.crawler_status,
                               landed.markdown, landed.error)
         else:
-            fetched = fetch_markdown(self._fetch, job.url)
+            fetched = self._fetched(job.url)
         if faults.reorder_window > 1:
             with self._lock:
                 self._held.append((job, fetched))

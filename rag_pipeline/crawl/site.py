@@ -24,6 +24,8 @@ class Page:
     content_type: str = "text/html; charset=utf-8"
     location: str | None = None
     delay_s: float = 0.0          # a slow page, to see politeness limits at work
+    headers: tuple[tuple[str, str], ...] = ()   # more headers, as sent (Content-Encoding, …)
+    drip_s: float = 0.0           # a pause before each 1 KiB of the body: a site that never ends
 
 
 class LoopbackSite:
@@ -56,9 +58,20 @@ class LoopbackSite:
                 if page.location:
                     self.send_header("Location", page.location)
                 self.send_header("Content-Type", page.content_type)
+                for name, value in page.headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(page.body)))
                 self.end_headers()
-                self.wfile.write(page.body)
+                if not page.drip_s:
+                    self.wfile.write(page.body)
+                    return
+                try:
+                    for start in range(0, len(page.body), 1024):
+                        time.sleep(page.drip_s)
+                        self.wfile.write(page.body[start:start + 1024])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass   # the client gave up on it: what a drip is for
 
             def log_message(self, *args):
                 pass
@@ -80,6 +93,13 @@ class LoopbackSite:
                  content_type: str = "text/html; charset=utf-8", delay_s: float = 0.0) -> None:
         with self._lock:
             self.pages[path] = Page(status, text.encode("utf-8"), content_type, delay_s=delay_s)
+
+    def set_raw(self, path: str, body: bytes, *, status: int = 200, content_type: str = "application/xml",
+                headers: dict[str, str] | None = None, drip_s: float = 0.0) -> None:
+        """Bytes served as they are (a gzip'd sitemap, a body under some Content-Encoding)."""
+        with self._lock:
+            self.pages[path] = Page(status, body, content_type, headers=tuple((headers or {}).items()),
+                                    drip_s=drip_s)
 
     def redirect(self, path: str, to: str, *, status: int = 301) -> None:
         with self._lock:

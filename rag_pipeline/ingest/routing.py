@@ -11,15 +11,18 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import psycopg
 
+from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
+from rag_pipeline.settings import load_settings
 from rag_pipeline.store import aliases, deliveries, pages, pushes
 
 log = logging.getLogger(__name__)
@@ -60,19 +63,21 @@ ROUTE_CHUNK = 25
 
 def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                 chunk: int = ROUTE_CHUNK, *, rules: list[BoilerplateRule] | None = None,
-                until: float | None = None) -> RoutingResult:
+                until: float | None = None, allowed_networks: tuple[Network, ...] | None = None) -> RoutingResult:
     """Route up to `limit` unrouted deliveries, `chunk` per transaction (one savepoint each), with
-    `rules` (unset: this process's BOILERPLATE_RULES). No chunk starts after `until` (a
+    `rules` (unset: this process's BOILERPLATE_RULES) and the network guard's `allowed_networks`
+    (unset: this process's CRAWLER_ALLOW_NETWORKS). No chunk starts after `until` (a
     time.monotonic() deadline), but one always runs: a caller with a time limit still advances."""
     result = RoutingResult()
     rules = rules if rules is not None else configured_boilerplate_rules()
+    allowed = allowed_networks if allowed_networks is not None else load_settings().allowed_networks()
     while result.routed < limit:
         with conn.transaction():
             claimed = deliveries.claim_unrouted(conn, min(chunk, limit - result.routed))
             for delivery in claimed:
                 try:
                     with conn.transaction():
-                        outcome = _route_one(conn, delivery, rules, max_page_bytes, result)
+                        outcome = _route_one(conn, delivery, rules, max_page_bytes, result, allowed)
                 except (BodyError, InvalidURL) as exc:
                     # A stored body the receiver accepted should decode; if not, say so and move on.
                     outcome = "failed"
@@ -87,7 +92,7 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                     log.warning("delivery %s not routed: %s", delivery.id, exc)
                     _settled(result, delivery, outcome)
                 else:
-                    if outcome != "queued":
+                    if outcome not in ("queued", "refused"):   # a refused URL is no page of ours
                         _settled(result, delivery, outcome)
                 result.outcomes[outcome] += 1
         if len(claimed) < chunk:
@@ -115,8 +120,13 @@ def data_error_reason(exc: psycopg.DataError) -> str:
             "not retried: a retry would fail the same way")
 
 
-def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult) -> str:
+def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, allowed) -> str:
     page_url = normalize_url(delivery.url)
+    # The network guard's rule, on what was delivered: an internal address is never indexed.
+    refused = host_refusal(urlsplit(delivery.url).hostname or "", allowed)
+    if refused:
+        deliveries.mark(conn, delivery.id, "refused", page_url=page_url, error=f"not indexed: {refused}")
+        return "refused"
     pid = page_id(page_url)
     verdict = classify(delivery.crawler_status, delivery.original_status)
     page = pages.get(conn, page_url, for_update=True)

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 PRUNE_LOCK_KEY = 0x5241_4703
 # A prune never queues behind a stuck transaction for long (nor makes others queue behind it).
 LOCK_TIMEOUT = "10s"
-SETTLED_OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded")
+SETTLED_OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded", "refused", "unsolicited")
 
 
 class PruneBusy(RuntimeError):

@@ -8,9 +8,12 @@ import pytest
 
 from rag_pipeline.crawl.base import PushError
 from rag_pipeline.crawl.crawlbase import CrawlbaseCrawler
+from rag_pipeline.core.addresses import parse_networks
 from rag_pipeline.crawl.local import LocalCrawler
 from rag_pipeline.crawl.simulator import Faults
 from rag_pipeline_tests.crawl.conftest import CB_TOKEN, CRAWLER_NAME, make_sim
+
+LOOPBACK = parse_networks("127.0.0.0/8")
 from rag_pipeline_tests.waiting import wait_until
 
 
@@ -77,7 +80,7 @@ def test_local_crawler_fetches_converts_follows_redirects_and_retries_delivery(g
                           "<script>alert(1)</script></main></body></html>")
     site.redirect("/old", "/doc")
     site.remove("/gone", status=410)
-    crawler = LocalCrawler(callback_url=gate.webhook_url, user_agent="rag-test/1", per_host=1,
+    crawler = LocalCrawler(callback_url=gate.webhook_url, user_agent="rag-test/1", per_host=1, allowed_networks=LOOPBACK,
                            delivery_backoff_s=0.05, delivery_retries=6)
     try:
         gate.down.set()
@@ -121,7 +124,7 @@ def test_local_crawler_is_polite_per_host_and_times_out(gate, site, conn):
     for i in range(6):
         site.set_page(f"/slow{i}", f"<h1>Slow {i}</h1><p>text</p>", delay_s=0.15)
     site.set_page("/stuck", "<h1>Stuck</h1>", delay_s=3)
-    crawler = LocalCrawler(callback_url=gate.webhook_url, user_agent="rag-test/1", per_host=2, workers=8,
+    crawler = LocalCrawler(callback_url=gate.webhook_url, user_agent="rag-test/1", per_host=2, workers=8, allowed_networks=LOOPBACK,
                            timeout_s=1.0)
     try:
         rids = [crawler.push(site.url(f"/slow{i}")).rid for i in range(6)]

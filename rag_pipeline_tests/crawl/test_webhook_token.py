@@ -116,6 +116,7 @@ def test_deliver_reports_a_non_json_refusal_on_one_line(database_url, tmp_path):
 def test_a_delivery_that_never_got_through_fails_its_push_unless_it_was_stored(receiver, site, conn):
     """5xx answers are retried, then the push fails; but a delivery the receiver stored before its
     answer was lost is delivered, and its push stays `pushed`."""
+    from rag_pipeline.core.addresses import parse_networks
     from rag_pipeline.crawl.local import LocalCrawler
     from rag_pipeline.crawl.pushing import push_targets
     from rag_pipeline.store import schedule
@@ -142,8 +143,8 @@ def test_a_delivery_that_never_got_through_fails_its_push_unless_it_was_stored(r
     site.set_page("/down", "<h1>Down</h1>")
     site.set_page("/lost", "<h1>Lost answer</h1>")
     with serve(front) as base:
-        crawler = LocalCrawler(callback_url=base + "/webhook", user_agent="rag-test/1",
-                               delivery_retries=1, delivery_backoff_s=0.01)
+        crawler = LocalCrawler(callback_url=base + "/webhook", user_agent="rag-test/1", delivery_retries=1,
+                               delivery_backoff_s=0.01, allowed_networks=parse_networks("127.0.0.0/8"))
         try:
             reports = {}
             for path in ("/down", "/lost"):
