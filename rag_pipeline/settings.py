@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     crawler_callback_url: str | None = Field(default=None, alias="CRAWLER_CALLBACK_URL")
     webhook_port: int = Field(default=8800, alias="WEBHOOK_PORT")
     crawler_user_agent: str = Field(default="rag-pipeline-crawler/0.1 (+local)", alias="CRAWLER_USER_AGENT")
+    # The local crawler obeys robots.txt for the User-Agent's product token, read again after the TTL.
+    crawler_obey_robots: bool = Field(default=True, alias="CRAWLER_OBEY_ROBOTS")
+    crawler_robots_ttl_s: float = Field(default=3600.0, alias="CRAWLER_ROBOTS_TTL_S", gt=0)
     crawler_timeout_s: float = Field(default=30.0, alias="CRAWLER_TIMEOUT_S", gt=0)
     crawler_per_host: int = Field(default=2, alias="CRAWLER_PER_HOST", ge=1, le=32)
     crawler_delivery_retries: int = Field(default=5, alias="CRAWLER_DELIVERY_RETRIES", ge=0, le=20)

@@ -142,6 +142,13 @@ def load_rules(path: Path | None = None) -> CadenceRules:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise CadenceError(f"cannot read cadence file {path}: {exc}") from exc
+    return rules_from(data, path)
+
+
+def rules_from(data: dict, path) -> CadenceRules:
+    """Rules in cadence.yaml's form, from a file or a site's `cadence:` block (`path` names it)."""
+    if not isinstance(data, dict):
+        raise CadenceError(f"{path}: cadence rules must be a mapping (default, rules, …)")
     rules = []
     for n, item in enumerate(data.get("rules") or [], 1):
         if not isinstance(item, dict) or "every" not in item or ("glob" in item) == ("regex" in item):

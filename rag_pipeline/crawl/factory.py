@@ -42,4 +42,5 @@ def make_crawler(settings: Settings) -> Crawler:
         timeout_s=settings.crawler_timeout_s, per_host=settings.crawler_per_host,
         delivery_retries=settings.crawler_delivery_retries,
         allowed_networks=settings.allowed_networks(), fetch_deadline_s=settings.crawler_fetch_deadline_s,
+        obey_robots=settings.crawler_obey_robots, robots_ttl_s=settings.crawler_robots_ttl_s,
     )

@@ -49,15 +49,16 @@ def html_to_markdown(html: str) -> str:
 
 
 def fetch_markdown(client: httpx.Client, url: str, *, max_bytes: int = MAX_PAGE_BYTES,
-                   deadline_s: float = FETCH_DEADLINE_S) -> Fetched:
+                   deadline_s: float = FETCH_DEADLINE_S, check=None) -> Fetched:
     """GET `url` through the guard (`guarded_http.fetch`) and convert it.
 
     A failure of the network or of the answer's form is a crawl that failed (status 520 with its
     reason), as Crawlbase delivers one. A hop the guard refuses raises `Refused`: nothing of it
-    may be delivered, not even a failure under its URL.
+    may be delivered, not even a failure under its URL. `check`: robots.txt's word on each hop
+    (`guarded_http.fetch`).
     """
     try:
-        with fetch(client, url, deadline_s=deadline_s) as answer:
+        with fetch(client, url, deadline_s=deadline_s, check=check) as answer:
             body = answer.read(max_bytes)
             content_type, charset = answer.content_type, answer.charset
             final_url, status = answer.url, answer.status

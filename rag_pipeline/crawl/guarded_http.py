@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -22,7 +22,7 @@ import httpx
 
 from rag_pipeline.core.addresses import Network, refusal
 
-__all__ = ["FetchError", "Refused", "Fetch", "guarded_client", "fetch"]
+__all__ = ["FetchError", "Refused", "Disallowed", "Fetch", "guarded_client", "fetch"]
 
 # Inflated output is produced in steps of this size, so a bomb never holds more than this at once.
 _INFLATE_STEP = 64 * 1024
@@ -35,6 +35,11 @@ class FetchError(Exception):
 
 class Refused(FetchError):
     """A hop to an address the guard does not allow: never connected to."""
+
+
+class Disallowed(Refused):
+    """A hop the caller's `check` refused (robots.txt): never requested. A `Refused`, so that
+    nothing of it is delivered either."""
 
 
 class _GuardedBackend(httpcore.SyncBackend):
@@ -160,11 +165,13 @@ class Fetch:
 
 @contextmanager
 def fetch(client: httpx.Client, url: str, *, deadline_s: float, max_redirects: int = 10,
-          headers: dict[str, str] | None = None) -> Iterator[Fetch]:
+          headers: dict[str, str] | None = None,
+          check: Callable[[str], str | None] | None = None) -> Iterator[Fetch]:
     """GET `url`, following up to `max_redirects` redirects by hand, all within `deadline_s`.
 
-    Raises `Refused` for a hop the guard refuses and `FetchError` for any other fetch that gave
-    no answer (network, redirects, deadline); an HTTP error status is an answer, not an error.
+    Raises `Refused` for a hop the guard refuses, `Disallowed` for one `check` gives a reason
+    against (it sees every hop's URL before the request), and `FetchError` for any other fetch
+    that gave no answer (network, redirects, deadline); an HTTP error status is an answer.
     """
     deadline = time.monotonic() + deadline_s
     hops: list[str] = []
@@ -172,6 +179,9 @@ def fetch(client: httpx.Client, url: str, *, deadline_s: float, max_redirects: i
     for _ in range(max_redirects + 1):
         if httpx.URL(current).scheme not in ("http", "https"):
             raise Refused(f"refused: {current!r} is not http(s)" + (f" (redirected from {hops[-1]})" if hops else ""))
+        reason = check(current) if check is not None else None
+        if reason:
+            raise Disallowed(reason + (f" (redirected from {hops[-1]})" if hops else ""))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise FetchError(f"took longer than the fetch's deadline ({deadline_s:g} s)")

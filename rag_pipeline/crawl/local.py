@@ -6,6 +6,10 @@ deadline a fetch), with a User-Agent and at most `per_host` requests per host at
 convert HTML to markdown and deliver it to our receiver exactly as Crawlbase would. The work lives
 in this process, so whoever pushes must `drain()` before exiting (the push job and the CLI do), then
 collect `delivery_failures()`: a delivery the receiver refused fails its push.
+
+It obeys each origin's robots.txt for its User-Agent (`robots_cache`, unless `obey_robots` is off):
+a hop it disallows is never requested and fails its push with the rule, as a refused hop does, and
+fetches of one origin start at least its Crawl-delay apart.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections import OrderedDict, defaultdict
 from urllib.parse import urlsplit
@@ -23,6 +28,7 @@ from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.crawl.base import CrawlerHealth, PushError, Pushed, callback_headers
 from rag_pipeline.crawl.fetching import FETCH_DEADLINE_S, DeliveryFailed, deliver, fetch_markdown
 from rag_pipeline.crawl.guarded_http import Refused, guarded_client
+from rag_pipeline.crawl.robots_cache import MAX_ORIGINS, RobotsCache, origin_of
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +43,10 @@ class LocalCrawler:
     def __init__(self, *, callback_url: str, user_agent: str, timeout_s: float = 30.0,
                  per_host: int = 2, workers: int = 8, delivery_retries: int = 5,
                  delivery_backoff_s: float = 0.5, allowed_networks: tuple[Network, ...] = (),
-                 fetch_deadline_s: float = FETCH_DEADLINE_S):
+                 fetch_deadline_s: float = FETCH_DEADLINE_S, obey_robots: bool = True,
+                 robots_ttl_s: float = 3600.0):
         self.callback_url = callback_url
+        self.user_agent = user_agent
         self.per_host = per_host
         self.delivery_retries = delivery_retries
         self.delivery_backoff_s = delivery_backoff_s
@@ -48,6 +56,12 @@ class LocalCrawler:
             allowed=allowed_networks, user_agent=user_agent, timeout_s=timeout_s,
             headers={"Accept": "text/html, text/markdown;q=0.9, */*;q=0.5"},
         )
+        # robots.txt comes through the same guarded client: the guard applies to it as to a page.
+        self._robots = RobotsCache(self._fetch_client, agent=user_agent, ttl_s=robots_ttl_s,
+                                   deadline_s=fetch_deadline_s) if obey_robots else None
+        self._next_start: dict[str, float] = {}   # origin → when its next fetch may start (Crawl-delay)
+        self._pace_lock = threading.Lock()
+        self._closing = threading.Event()
         self._deliver_client = httpx.Client(timeout=timeout_s)
         self._jobs: queue.Queue = queue.Queue()
         self._hosts: dict[str, threading.Semaphore] = defaultdict(lambda: threading.Semaphore(per_host))
@@ -97,7 +111,9 @@ class LocalCrawler:
                     if rid not in self._waiting:     # given up on by drain(): its push failed
                         continue
                 with self._host(url):
-                    fetched = fetch_markdown(self._fetch_client, url, deadline_s=self.fetch_deadline_s)
+                    self._pace(url)
+                    fetched = fetch_markdown(self._fetch_client, url, deadline_s=self.fetch_deadline_s,
+                                             check=self._check)
                 deliver(self._deliver_client, self.callback_url, rid, fetched, extra,
                         retries=self.delivery_retries, backoff_s=self.delivery_backoff_s)
                 self.delivered += 1
@@ -116,6 +132,37 @@ class LocalCrawler:
                     self._pending -= 1
                     self._waiting.discard(rid)
                     self._idle.notify_all()
+
+    def _pace(self, url: str) -> None:
+        """Wait until `url`'s origin may be fetched again: starts Crawl-delay apart across all
+        workers. A slot is booked under the lock and waited for outside it."""
+        if self._check(url):
+            return       # a disallowed page is never requested, so it books no slot
+        try:
+            delay = self._robots.crawl_delay(url) if self._robots is not None else None
+        except Refused:
+            return       # the guard refuses the page itself, with its own reason
+        if not delay:
+            return
+        origin = origin_of(url)
+        with self._pace_lock:
+            now = time.monotonic()
+            start = max(now, self._next_start.get(origin, now))
+            self._next_start[origin] = start + delay
+            if len(self._next_start) > MAX_ORIGINS:     # origins whose slot has passed wait for nothing
+                self._next_start = {o: t for o, t in self._next_start.items() if t > now}
+        self._closing.wait(start - now)
+
+    def _check(self, url: str) -> str | None:
+        """Why robots.txt forbids this hop, for `guarded_http.fetch`; None lets it through."""
+        if self._robots is None:
+            return None
+        try:
+            return self._robots.why_disallowed(url)
+        except Refused:
+            # robots.txt of an origin the guard refuses: the hop is refused as it connects,
+            # with a reason that names it and where it was redirected from.
+            return None
 
     def _failed(self, rid: str, reason: str) -> None:
         with self._idle:
@@ -150,6 +197,7 @@ class LocalCrawler:
             return self._pending
 
     def close(self) -> None:
+        self._closing.set()
         for _ in self._threads:
             self._jobs.put(None)
         for thread in self._threads:

@@ -2,7 +2,10 @@
 
 Tests and the simulator change it on the fly (edit a page, answer 404/410, redirect); `make run`
 serves `samples/site/` with it: `python -m rag_pipeline.crawl.site --root samples/site --port 8900`.
-A `_redirects` file in the folder holds `FROM TO [STATUS]` lines.
+A `_redirects` file in the folder holds `FROM TO [STATUS]` lines. `/sitemap.xml`, unless the folder
+has one, lists every page file with its modification time as `<lastmod>`, as a static site
+generator would: a page added to the folder is in the sitemap at once. `{SITE}` in a .xml or .txt
+file is the address the site is served at.
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
+from xml.sax.saxutils import escape
+
+_CONTENT_TYPES = {".md": "text/markdown", ".xml": "application/xml", ".txt": "text/plain", ".html": "text/html"}
 
 
 @dataclass(frozen=True)
@@ -62,16 +69,16 @@ class LoopbackSite:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(page.body)))
                 self.end_headers()
-                if not page.drip_s:
-                    self.wfile.write(page.body)
-                    return
                 try:
+                    if not page.drip_s:
+                        self.wfile.write(page.body)
+                        return
                     for start in range(0, len(page.body), 1024):
                         time.sleep(page.drip_s)
                         self.wfile.write(page.body[start:start + 1024])
                         self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass   # the client gave up on it: what a drip is for
+                    pass   # the client stopped reading (a cap, a deadline): its choice
 
             def log_message(self, *args):
                 pass
@@ -130,9 +137,28 @@ class LoopbackSite:
         for candidate in (rel, f"{rel}.html", f"{rel}/index.html", f"{rel}.md"):
             file = (root / candidate).resolve()
             if file.is_file() and root in file.parents:
-                kind = "text/markdown" if file.suffix == ".md" else "text/html"
-                return Page(200, file.read_bytes(), f"{kind}; charset=utf-8")
+                kind = _CONTENT_TYPES.get(file.suffix, "text/html")
+                body = file.read_bytes()
+                if file.suffix in (".xml", ".txt"):   # {SITE}: wherever this site is served
+                    body = body.replace(b"{SITE}", self.base_url.encode())
+                return Page(200, body, f"{kind}; charset=utf-8")
+        if rel == "sitemap.xml":
+            return Page(200, self._sitemap(root), "application/xml; charset=utf-8")
         return Page(404, b"not found", "text/plain")
+
+    def _sitemap(self, root: Path) -> bytes:
+        """What a static site generator would publish: every page file, its mtime as <lastmod>."""
+        entries = []
+        for file in sorted(root.rglob("*")):
+            if file.suffix not in (".html", ".md") or file.name.startswith("_"):
+                continue
+            rel = file.relative_to(root).with_suffix("").as_posix()
+            path = "/" if rel == "index" else "/" + rel.removesuffix("/index")
+            lastmod = datetime.fromtimestamp(file.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            entries.append(f"  <url><loc>{escape(self.base_url + path)}</loc><lastmod>{lastmod}</lastmod></url>")
+        return ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                "<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n"
+                + "\n".join(entries) + "\n</urlset>\n").encode()
 
     def start(self) -> "LoopbackSite":
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},

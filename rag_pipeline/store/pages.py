@@ -56,6 +56,15 @@ def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | N
     )
 
 
+def locations(conn: psycopg.Connection, urls) -> dict[str, tuple[str | None, int | None]]:
+    """Each page's (site, shard), which names its partition set and asset keys; a URL with no page
+    row is the catch-all's."""
+    urls = list(urls)
+    found = {url: (site, shard) for url, site, shard in conn.execute(
+        "SELECT url, site, shard FROM pages WHERE url = ANY(%s)", (urls,)).fetchall()}
+    return {url: found.get(url, (None, None)) for url in urls}
+
+
 #: The content hash a tombstoned crawl is observed with: gone differs from any text.
 GONE = "gone"
 

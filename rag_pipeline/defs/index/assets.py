@@ -1,4 +1,6 @@
-"""The index of a page, as three assets on the `pages` partitions (key: normalized URL).
+"""The index of a page, as three assets on a partition set of pages (key: normalized URL): the
+catch-all's `pages`, `chunks`, `embeddings` here, and each declared site's (or site shard's), keys
+prefixed by it, built by the same `page_assets` from the site component.
 
 Materialized by hand from the UI (one page, or a backfill in ranges of up to RANGE_PAGES pages a
 run: each step goes through its pages one by one, the embedding requests shared across them, and
@@ -77,92 +79,103 @@ def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: li
     raise pages_failed(failed, len(done) + len(failed), len(done))
 
 
-@dg.asset(
-    partitions_def=pages_partitions,
-    group_name=GROUP,
-    backfill_policy=ranged_backfill,
-    kinds={"postgres"},
-)
-def pages(context: dg.AssetExecutionContext, postgres: PostgresResource,
-          settings: SettingsResource) -> dg.MaterializeResult:
-    """The newest crawled content of a page, normalized: the source every chunk is cut from.
+def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinition, group: str, *,
+                embedder_kind: str, upstream: dg.AssetKey | None = None) -> list[dg.AssetsDefinition]:
+    """`pages` → `chunks` → `embeddings` of one partition set: the catch-all's (no prefix, today's
+    keys), or a site's or a site shard's (keys prefixed by it, `upstream` its discovery asset)."""
 
-    Kept in full so that a new chunker re-cuts pages without recrawling them.
-    """
-    current = settings.get()
-    done: dict[str, dict] = {}
-    failed: list[Failed] = []
-    with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        for event in batch.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
-                                        RetryPolicy.from_settings(current)):
-            if isinstance(event, Failed):
-                failed.append(event)
-            else:
-                done[event.page_url] = source_metadata(event.result)
-    return _result(context, done, failed)
+    @dg.asset(
+        key_prefix=prefix,
+        name="pages",
+        partitions_def=partitions_def,
+        group_name=group,
+        backfill_policy=ranged_backfill,
+        kinds={"postgres"},
+        deps=[upstream] if upstream is not None else None,
+    )
+    def pages(context: dg.AssetExecutionContext, postgres: PostgresResource,
+              settings: SettingsResource) -> dg.MaterializeResult:
+        """The newest crawled content of a page, normalized: the source every chunk is cut from.
 
+        Kept in full so that a new chunker re-cuts pages without recrawling them.
+        """
+        current = settings.get()
+        done: dict[str, dict] = {}
+        failed: list[Failed] = []
+        with postgres.connect() as conn, _failures_a_retry_cannot_fix():
+            for event in batch.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
+                                            RetryPolicy.from_settings(current)):
+                if isinstance(event, Failed):
+                    failed.append(event)
+                else:
+                    done[event.page_url] = source_metadata(event.result)
+        return _result(context, done, failed)
 
-@dg.asset(
-    partitions_def=pages_partitions,
-    group_name=GROUP,
-    backfill_policy=ranged_backfill,
-    deps=[pages],
-    code_version=CHUNKER_VERSION,
-    kinds={"postgres"},
-)
-def chunks(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
-    settings: SettingsResource,
-) -> dg.MaterializeResult:
-    """A page cut into passages at headings and paragraph breaks, each small enough to embed.
+    @dg.asset(
+        key_prefix=prefix,
+        name="chunks",
+        partitions_def=partitions_def,
+        group_name=group,
+        backfill_policy=ranged_backfill,
+        deps=[pages],
+        code_version=CHUNKER_VERSION,
+        kinds={"postgres"},
+    )
+    def chunks(
+        context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
+        settings: SettingsResource,
+    ) -> dg.MaterializeResult:
+        """A page cut into passages at headings and paragraph breaks, each small enough to embed.
 
-    Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
-    """
-    done: dict[str, dict] = {}
-    failed: list[Failed] = []
-    with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        # Sized to the model the pages will be embedded with: the active space's.
-        for event in batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
-                                       RetryPolicy.from_settings(settings.get())):
-            if isinstance(event, Failed):
-                failed.append(event)
-            else:
-                done[event.page_url] = chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)
-    return _result(context, done, failed)
+        Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
+        """
+        done: dict[str, dict] = {}
+        failed: list[Failed] = []
+        with postgres.connect() as conn, _failures_a_retry_cannot_fix():
+            # Sized to the model the pages will be embedded with: the active space's.
+            for event in batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
+                                           RetryPolicy.from_settings(settings.get())):
+                if isinstance(event, Failed):
+                    failed.append(event)
+                else:
+                    done[event.page_url] = chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)
+        return _result(context, done, failed)
 
+    @dg.asset(
+        key_prefix=prefix,
+        name="embeddings",
+        partitions_def=partitions_def,
+        group_name=group,
+        backfill_policy=ranged_backfill,
+        deps=[chunks],
+        kinds={"postgres", "pgvector", embedder_kind},
+        pool="embedding_api",
+        # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
+        # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.
+    )
+    def embeddings(
+        context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
+        settings: SettingsResource,
+    ) -> dg.MaterializeResult:
+        """What search sees of a page: its chunks with a vector each in the active embedding space.
 
-@dg.asset(
-    partitions_def=pages_partitions,
-    group_name=GROUP,
-    backfill_policy=ranged_backfill,
-    deps=[chunks],
-    # Plus the configured embedder's kind, added by `defs` below.
-    kinds={"postgres", "pgvector"},
-    pool="embedding_api",
-    # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
-    # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.
-)
-def embeddings(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
-    settings: SettingsResource,
-) -> dg.MaterializeResult:
-    """What search sees of a page: its chunks with a vector each in the active embedding space.
+        Only text never embedded before is sent to the model; the page switches in one transaction.
+        Embedded with the active space's model, whatever is configured (the configured model makes
+        only the first space; `space build` / `space activate` switch models).
+        """
+        done: dict[str, dict] = {}
+        failed: list[Failed] = []
+        seen: dict = {}
+        with postgres.connect() as conn, _failures_a_retry_cannot_fix():
+            for event in batch.switch_pages(conn, context.partition_keys, embedder.for_space,
+                                            context.run_id, RetryPolicy.from_settings(settings.get())):
+                if isinstance(event, Failed):
+                    failed.append(event)
+                    continue
+                done[event.page_url] = switch_metadata(conn, event.result, embedder, seen, context.log)
+        return _result(context, done, failed)
 
-    Only text never embedded before is sent to the model; the page switches in one transaction.
-    Embedded with the active space's model, whatever is configured (the configured model makes
-    only the first space; `space build` / `space activate` switch models).
-    """
-    done: dict[str, dict] = {}
-    failed: list[Failed] = []
-    seen: dict = {}
-    with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-        for event in batch.switch_pages(conn, context.partition_keys, embedder.for_space,
-                                        context.run_id, RetryPolicy.from_settings(settings.get())):
-            if isinstance(event, Failed):
-                failed.append(event)
-                continue
-            done[event.page_url] = switch_metadata(conn, event.result, embedder, seen, context.log)
-    return _result(context, done, failed)
+    return [pages, chunks, embeddings]
 
 
 def _embedder_kind() -> str:
@@ -174,10 +187,13 @@ def _embedder_kind() -> str:
         return "embeddings"
 
 
+def embedder_kind() -> str:
+    """The configured embedder's kind, read when the code location loads (restart it after a
+    change), never when a module is imported."""
+    return _embedder_kind()
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
-    # The embedder's kind is the configured one, read when the code location loads (restart it
-    # after a change), never when this module is imported.
-    kind = _embedder_kind()
-    return dg.Definitions(assets=[pages, chunks, *dg.map_asset_specs(
-        lambda spec: spec.merge_attributes(kinds={kind}), [embeddings])])
+    # The catch-all's assets: pages of no declared site, under the keys they always had.
+    return dg.Definitions(assets=page_assets([], pages_partitions, GROUP, embedder_kind=embedder_kind()))

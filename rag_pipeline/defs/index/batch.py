@@ -18,9 +18,10 @@ from typing import Optional
 import dagster as dg
 
 from rag_pipeline.core.batching import WorkItem, plan_batches
-from rag_pipeline.defs.index.assets import CHUNKS, EMBEDDINGS, PAGES, pages_failed
+from rag_pipeline.defs.index.assets import pages_failed
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
+from rag_pipeline.defs.index.partitions import step_key
 from rag_pipeline.defs.index.recovery import BATCH_TAG, Heartbeat
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
@@ -28,7 +29,6 @@ from rag_pipeline.store import batches
 from rag_pipeline.store import pages as pages_store
 
 PAGES_TAG = "rag/pages"
-_FAILED_STEP_ASSET = {"pages": PAGES, "chunks": CHUNKS, "embeddings": EMBEDDINGS}
 
 
 class BatchConfig(dg.Config):
@@ -97,6 +97,8 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
     noted: dict = {}   # the spaces seen in this run, and whether their note was logged
     writer = EventWriter(context)
     with postgres.connect() as conn, _beating(context, conn, postgres, config.batch_key, current):
+        # Each page is reported on its own site's (or shard's) assets.
+        located = pages_store.locations(conn, [i.page_url for i in items])
         events = apply_batch(
             conn, items, batch_key=config.batch_key, embedder_for=embedder.for_space,
             chunk_budget=embedder.chunk_budget, max_page_bytes=current.webhook_max_page_bytes,
@@ -105,7 +107,7 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
         try:
             for event in events:
                 counts[type(event).__name__] += 1
-                _report(context, conn, embedder, writer, event, failed, noted)
+                _report(context, conn, embedder, writer, event, failed, noted, located)
         finally:
             writer.flush()   # what was done is reported, also when the run dies of an error
     switched = counts["Switched"]
@@ -135,25 +137,27 @@ def _beating(context, conn, postgres, batch_key: Optional[str], settings):
         batches.end(conn, batch_key, "applied")
 
 
-def _report(context, conn, embedder, writer: EventWriter, event, failed: list, noted: dict) -> None:
+def _report(context, conn, embedder, writer: EventWriter, event, failed: list, noted: dict,
+            located: dict) -> None:
     """One step of one page, as the UI shows it: a materialization on the page's partition, or an
     observation with `status: failed` on the asset whose step failed."""
+    site, shard = located.get(event.page_url, (None, None))
     if isinstance(event, Sourced):
-        writer.add(dg.AssetMaterialization(asset_key=PAGES, partition=event.page_url,
+        writer.add(dg.AssetMaterialization(asset_key=step_key("pages", site, shard), partition=event.page_url,
                                            metadata=source_metadata(event.result)))
     elif isinstance(event, Staged):
         writer.add(dg.AssetMaterialization(
-            asset_key=CHUNKS, partition=event.page_url,
+            asset_key=step_key("chunks", site, shard), partition=event.page_url,
             metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)))
     elif isinstance(event, Switched):
-        writer.add(dg.AssetMaterialization(asset_key=EMBEDDINGS, partition=event.page_url,
+        writer.add(dg.AssetMaterialization(asset_key=step_key("embeddings", site, shard), partition=event.page_url,
                                            metadata=switch_metadata(conn, event.result, embedder, noted, context.log)))
     elif isinstance(event, Failed):
         failed.append(event)
         context.log.warning(f"{event.page_url}: {event.step} failed "
                             f"({'retried later' if event.failure.retryable else 'not retried'}): "
                             f"{event.failure.reason}")
-        writer.add(dg.AssetObservation(asset_key=_FAILED_STEP_ASSET[event.step], partition=event.page_url,
+        writer.add(dg.AssetObservation(asset_key=step_key(event.step, site, shard), partition=event.page_url,
                                        metadata=failure_metadata(event)))
     elif isinstance(event, Skipped):
         context.log.info(f"{event.page_url}: skipped, {event.reason}")

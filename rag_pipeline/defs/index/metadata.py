@@ -7,6 +7,7 @@ from __future__ import annotations
 import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
+from rag_pipeline.defs.index.partitions import step_key
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.batch import Failed
 from rag_pipeline.ingest.routing import RoutingResult
@@ -81,11 +82,18 @@ _TOLD = {"unchanged": "unchanged", "deleted": "tombstoned", "skipped": "skipped"
          "failed": "failed"}
 
 
-def crawl_events(routed: RoutingResult) -> list[dg.AssetObservation | dg.AssetMaterialization]:
+def crawl_events(routed: RoutingResult, located: dict[str, tuple[str | None, int | None]] | None = None,
+                 ) -> list[dg.AssetObservation | dg.AssetMaterialization]:
     """One event a delivery routing settled, on its page's partition: an observation of `pages`
     with what the crawl did; for a tombstone also a materialization of `embeddings` with no
     chunks, so the partition's latest state is not its old content. A redirect is told on the
-    page it leads to."""
+    page it leads to. `located`: each page's (site, shard), whose assets are told (unset: the
+    catch-all's)."""
+    located = located or {}
+
+    def key(step: str, page_url: str) -> dg.AssetKey:
+        return step_key(step, *located.get(page_url, (None, None)))
+
     events: list[dg.AssetObservation | dg.AssetMaterialization] = []
     settled_ids = set()
     for s in routed.settled:
@@ -95,17 +103,17 @@ def crawl_events(routed: RoutingResult) -> list[dg.AssetObservation | dg.AssetMa
                     "crawler_status": s.crawler_status if s.crawler_status is not None else -1}
         if s.redirected_from:
             metadata["redirected_from"] = dg.MetadataValue.url(s.redirected_from)
-        events.append(dg.AssetObservation(asset_key=dg.AssetKey("pages"), partition=s.page_url, metadata=metadata))
+        events.append(dg.AssetObservation(asset_key=key("pages", s.page_url), partition=s.page_url, metadata=metadata))
         if s.outcome == "deleted":
             events.append(dg.AssetMaterialization(
-                asset_key=dg.AssetKey("embeddings"), partition=s.page_url,
+                asset_key=key("embeddings", s.page_url), partition=s.page_url,
                 description="tombstoned: the page is gone, its chunks left search",
                 metadata={"status": "tombstoned", "chunks_total": 0, "delivery_id": s.delivery_id,
                           "original_status": metadata["original_status"]}))
     for page_url, (origin, delivery_id) in routed.redirects.items():
         if delivery_id not in settled_ids:
             events.append(dg.AssetObservation(
-                asset_key=dg.AssetKey("pages"), partition=page_url,
+                asset_key=key("pages", page_url), partition=page_url,
                 metadata={"status": "redirect", "delivery_id": delivery_id,
                           "redirected_from": dg.MetadataValue.url(origin)}))
     return events

@@ -11,7 +11,7 @@ from rag_pipeline.defs.index.events import write_runless
 from rag_pipeline.defs.index.index_view import snapshot_event
 from rag_pipeline.defs.index.metadata import crawl_events
 from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
-from rag_pipeline.defs.index.partitions import pages_partitions
+from rag_pipeline.core.sites import partition_set
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.ingest.rules import boilerplate_rules
@@ -65,26 +65,28 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         since = (datetime.fromtimestamp(last, UTC) if last is not None
                  else now - timedelta(seconds=current.index_snapshot_every_s))
         events = [snapshot_event(conn, current, since, now)] if due else []
+        urls = sorted({url for r in requests for url in pages_of(r)})
+        settled_urls = {s.page_url for s in routed.settled} | set(routed.redirects)
+        located = pages.locations(conn, [*urls, *settled_urls]) if urls or settled_urls else {}
         conn.commit()
     cursor = str(now.timestamp()) if due else context.cursor
     if recovered["freed_batches"]:
         context.log.warning(f"reconciler: {recovered['freed_pages']} page(s) of {recovered['freed_batches']} "
                             f"batch(es) freed, {recovered['runs_failed']} run(s) whose worker was gone marked failed")
-    told = crawl_events(routed)
+    told = crawl_events(routed, located)
     if told:
         # Every crawl that needed no run is told on its page's partition (a 404-only page too).
-        context.instance.add_dynamic_partitions(pages_partitions.name, sorted({e.partition for e in told}))
+        add_partitions(context.instance, sorted({e.partition for e in told}), located)
         write_runless(context.instance, told)
     if not routed.routed and not requests:
         if events:
             return dg.SensorResult(asset_events=events, cursor=cursor, skip_reason=dg.SkipReason(
                 "no new deliveries; the `index` asset recorded"))
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
-    urls = sorted({url for r in requests for url in pages_of(r)})
-    # Added here, in one upsert, before any run of them starts. (A dynamic_partitions_request
-    # would have the daemon look each key up on its own connection first: ~10 ms a key, 20 s for
-    # the 2,000 pages of one tick of an initial load.)
-    context.instance.add_dynamic_partitions(pages_partitions.name, urls)
+    # Added here, in one upsert per partition set, before any run of them starts. (A
+    # dynamic_partitions_request would have the daemon look each key up on its own connection
+    # first: ~10 ms a key, 20 s for the 2,000 pages of one tick of an initial load.)
+    add_partitions(context.instance, urls, located)
     budget = (f"; routing stopped at the tick's {ROUTE_BUDGET_S:g} s budget, the rest waits for the next tick"
               if routed.cut_short else "")
     context.log.info("routed %s; %d page(s) in %d batch run(s), %d retried%s",
@@ -95,6 +97,15 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         "routed " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(routed.outcomes.items()))
         + "; no page needs a run" + budget)
     return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor, skip_reason=settled)
+
+
+def add_partitions(instance: dg.DagsterInstance, urls: list[str], located: dict) -> None:
+    """Each page's partition, added to its site's (or shard's, or the catch-all's) set."""
+    by_set: dict[str, list[str]] = {}
+    for url in urls:
+        by_set.setdefault(partition_set(*located.get(url, (None, None))), []).append(url)
+    for name, keys in sorted(by_set.items()):
+        instance.add_dynamic_partitions(name, keys)
 
 
 @dg.run_failure_sensor(

@@ -1,0 +1,129 @@
+"""The site component: one YAML file per web site under `rag_pipeline/defs/sites/<name>/defs.yaml`
+(`dg scaffold defs SiteComponent sites/<name> --sitemap URL`), turned into the site's own asset
+group: discovery → pages → chunks → embeddings, each page on the site's partition set (or its
+shard's), plus the sensor that reads the site on its cadence.
+
+No `from __future__ import annotations` here: Dagster's resolver reads these annotations at run time.
+"""
+
+from typing import Optional
+
+import dagster as dg
+from pydantic import Field
+
+from rag_pipeline.core.sites import PARTITION_CEILING, SiteError, SiteSpec
+from rag_pipeline.crawl.cadence import CadenceError, CadenceRules, format_interval, parse_interval, rules_from
+
+class SiteScaffoldParams(dg.Model):
+    sitemap: Optional[str] = None
+    seed: Optional[str] = None
+
+
+class SiteScaffolder(dg.Scaffolder[SiteScaffoldParams]):
+    """Writes a commented defs.yaml for a new site."""
+
+    @classmethod
+    def get_scaffold_params(cls) -> type[SiteScaffoldParams]:
+        return SiteScaffoldParams
+
+    def scaffold(self, request: dg.ScaffoldRequest[SiteScaffoldParams]) -> None:
+        params = request.params or SiteScaffoldParams()
+        sitemap = params.sitemap or "https://docs.example.com/sitemap.xml"
+        seeds = f"[{params.seed}]" if params.seed else "[]"
+        request.target_path.mkdir(parents=True, exist_ok=True)
+        (request.target_path / "defs.yaml").write_text(SCAFFOLD.format(type=request.type_name, sitemap=sitemap,
+                                                                       seeds=seeds))
+
+
+SCAFFOLD = """\
+# A site to index: where its pages are listed, what is in scope, how often to look.
+# Its asset group is site_<folder name>: discovery -> pages -> chunks -> embeddings.
+type: {type}
+attributes:
+  # Sitemaps (sitemap indexes and .xml.gz too); robots.txt `Sitemap:` lines are read as well.
+  sitemaps: ["{sitemap}"]
+  # Pages to crawl even if no sitemap lists them.
+  seeds: {seeds}
+  # Globs over normalized URLs (https://host/path, * matches across /). Unset: the start hosts.
+  # include: ["https://docs.example.com/*"]
+  # exclude: ["*/changelog/*"]
+  max_pages: 100000
+  discover_every: 1d
+  # Recrawl cadence rules in cadence.yaml's format; unset: CADENCE_FILE (or the bundled one).
+  # cadence:
+  #   default: 7d
+  #   rules:
+  #     - glob: "*/blog/*"
+  #       every: 1d
+"""
+
+
+@dg.scaffold_with(SiteScaffolder)
+class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
+    """A web site, indexed from its sitemaps: its own discovery asset, its own `pages` → `chunks`
+    → `embeddings` on its own partition set (split into shards past PARTITION_CEILING pages)."""
+
+    name: Optional[str] = Field(default=None, description="The site's name; unset: the folder's.")
+    enabled: bool = Field(default=True, description="False leaves the site out (its pages stay in the database).")
+    sitemaps: list[str] = Field(default_factory=list, description="Sitemap or sitemap index URLs.")
+    robots_sitemaps: bool = Field(default=True, description="Also read the start hosts' robots.txt `Sitemap:` lines.")
+    seeds: list[str] = Field(default_factory=list, description="URLs crawled whether or not a sitemap lists them.")
+    include: list[str] = Field(default_factory=list, description="Scope globs; unset: the start hosts.")
+    exclude: list[str] = Field(default_factory=list, description="Globs left out of scope.")
+    max_pages: int = Field(default=PARTITION_CEILING, description="The site's page cap.")
+    shards: Optional[int] = Field(default=None, description="Partition sets; unset: one per 100,000 pages of the cap.")
+    discover_every: str = Field(default="1d", description="How often its sitemaps are read.")
+    max_sitemap_files: int = Field(default=1_000, description="Sitemap files read at most per reading.")
+    max_listed_urls: int = Field(default=2_000_000, description="URLs read at most per reading.")
+    cadence: Optional[dict] = Field(default=None, description="Recrawl rules in cadence.yaml's form.")
+
+    def spec(self, folder: str) -> SiteSpec:
+        name = self.name or folder
+        try:
+            every = parse_interval(self.discover_every)
+        except CadenceError as exc:
+            raise SiteError(f"site {name}: discover_every: {exc}") from None
+        return SiteSpec(
+            name=name, sitemaps=tuple(self.sitemaps), seeds=tuple(self.seeds),
+            robots_sitemaps=self.robots_sitemaps, include=tuple(self.include), exclude=tuple(self.exclude),
+            max_pages=self.max_pages, discover_every=every,
+            shards=self.shards if self.shards is not None else SiteSpec.shards_for(self.max_pages),
+            max_sitemap_files=self.max_sitemap_files, max_listed_urls=self.max_listed_urls,
+        )
+
+    def cadence_rules(self, name: str) -> Optional[CadenceRules]:
+        if self.cadence is None:
+            return None
+        try:
+            return rules_from(self.cadence, f"site {name}: cadence")
+        except CadenceError as exc:
+            raise SiteError(str(exc)) from None
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        if not self.enabled:
+            return dg.Definitions()
+        from rag_pipeline.defs.index.assets import embedder_kind, page_assets
+        from rag_pipeline.defs.index.partitions import partitions_def
+        from rag_pipeline.components.discovery import discovery_asset, discovery_sensor
+
+        spec = self.spec(context.path.name)
+        rules = self.cadence_rules(spec.name)
+        group = f"site_{spec.name}"
+        discovery = discovery_asset(spec, rules, group)
+        kind = embedder_kind()
+        shards = [None] if spec.shards == 1 else list(range(spec.shards))
+        assets = [discovery]
+        for shard in shards:
+            assets += page_assets(spec.asset_prefix(shard), partitions_def(spec.name, shard), group,
+                                  embedder_kind=kind, upstream=discovery.key)
+        job = dg.define_asset_job(f"{spec.name}_discovery", selection=[discovery.key],
+                                  description=f"Read {spec.name}'s robots.txt and sitemaps now.")
+        return dg.Definitions(assets=assets, jobs=[job], sensors=[discovery_sensor(spec, job)])
+
+
+def describe(spec: SiteSpec) -> str:
+    """One line for logs and the CLI."""
+    pages = f"up to {spec.max_pages:,} pages" + (f" in {spec.shards} shards" if spec.shards > 1 else "")
+    return (f"{spec.name}: {len(spec.sitemaps)} sitemap(s), {len(spec.seeds)} seed(s), {pages}, "
+            f"read every {format_interval(spec.discover_every)}")
+

@@ -1,0 +1,224 @@
+"""Discovery: one reading of a site's robots.txt and sitemaps, turned into pages.
+
+Every file is fetched through the network guard and parsed as it streams in (`core.sitemaps`), so
+no file is ever held whole; what it lists is staged in batches and applied in one transaction at
+the end (`store.sites.apply_reading`). Sitemaps are untrusted: a file that fails is a reason on the
+reading, and a reading with any failure (or cut by a cap) is incomplete, so it adds and updates
+pages but never marks the pages it did not see as gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+
+from rag_pipeline.core.addresses import Network, host_refusal
+from rag_pipeline.core.robots import DISALLOW_ALL, Robots
+from rag_pipeline.core.sitemaps import MAX_UNCOMPRESSED_BYTES, Entry, SitemapError, SitemapParser
+from rag_pipeline.core.sites import SiteSpec
+from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
+from rag_pipeline.crawl.guarded_http import FetchError, Refused, fetch
+from rag_pipeline.store import sites as store
+
+log = logging.getLogger(__name__)
+
+# Staged per COPY: bounds what a reading holds in memory, whatever the sitemaps list.
+STAGE_ROWS = 5_000
+# A sitemap index may list indexes (the protocol says it must not; some sites do): this deep.
+MAX_INDEX_DEPTH = 2
+# The figures a reading reports, in the order the UI plots them.
+FIGURES = ("files_read", "files_failed", "listed", "in_scope", "new", "gone", "lastmod_moved", "disallowed",
+           "over_cap", "out_of_scope", "invalid", "refused_address", "over_file_limit", "adopted",
+           "claimed_by_other_site", "seeds_registered")
+
+
+@dataclass
+class ReadingResult:
+    reading_id: int
+    complete: bool
+    counts: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        shown = ", ".join(f"{self.counts[k]} {k.replace('_', ' ')}" for k in ("listed", "new", "gone", "lastmod_moved")
+                          if k in self.counts)
+        state = "complete" if self.complete else f"incomplete ({len(self.errors)} problem(s))"
+        return f"{state}: {shown}"
+
+
+class _Reader:
+    def __init__(self, conn, client, spec: SiteSpec, robots_for, agent, every_for, allowed, deadline_s,
+                 reading: store.Reading):
+        self.conn, self.client, self.spec = conn, client, spec
+        self.robots_for, self.agent, self.every_for = robots_for, agent, every_for
+        self.allowed, self.deadline_s, self.reading = allowed, deadline_s, reading
+        self.counts: Counter = Counter({k: 0 for k in FIGURES})
+        self.errors: list[str] = []
+        self.cut_short = False
+        self._batch: list[store.Listed] = []
+        self._robots: dict[str, Robots] = {}
+
+    def robots(self, url: str) -> Robots:
+        """The origin's robots.txt; one that cannot be read allows nothing and makes the reading
+        incomplete, so the pages already known stay as they are."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in self._robots:
+            try:
+                robots = self.robots_for(origin + "/robots.txt")
+            except Refused as exc:
+                robots = DISALLOW_ALL
+                self.problem(f"{origin}/robots.txt: {exc}")
+            else:
+                if robots is DISALLOW_ALL:
+                    self.problem(f"{origin}/robots.txt could not be read (RFC 9309: nothing may be crawled "
+                                 "meanwhile): none of its URLs registered this time")
+            self._robots[origin] = robots
+        return self._robots[origin]
+
+    def sitemap_urls(self) -> list[tuple[str, int]]:
+        """The declared sitemaps, then the `Sitemap:` lines of each start host's robots.txt."""
+        urls = list(self.spec.sitemaps)
+        if self.spec.robots_sitemaps:
+            for origin in self.spec.robots_origins():
+                urls.extend(self.robots(origin).sitemaps)
+        return [(u, 0) for u in dict.fromkeys(u.strip() for u in urls)]
+
+    def read(self) -> None:
+        queue = self.sitemap_urls()
+        seen: set[str] = set()
+        while queue:
+            url, depth = queue.pop(0)
+            if url in seen:
+                continue
+            seen.add(url)
+            if self.counts["files_read"] + self.counts["files_failed"] >= self.spec.max_sitemap_files:
+                self.problem(f"more than {self.spec.max_sitemap_files} sitemap files (max_sitemap_files): "
+                             f"{len(queue) + 1} not read")
+                return
+            children = self.read_file(url)
+            if children is None:
+                continue
+            if depth + 1 > MAX_INDEX_DEPTH and children:
+                self.problem(f"{url}: a sitemap index nested deeper than {MAX_INDEX_DEPTH}: its "
+                             f"{len(children)} sitemap(s) not read")
+                continue
+            queue.extend((child.loc, depth + 1) for child in children)
+            if self.cut_short:
+                return
+
+    def read_file(self, url: str) -> list[Entry] | None:
+        """One sitemap file: its pages staged; a sitemap index's children returned."""
+        refused = host_refusal(urlsplit(url).hostname or "", self.allowed)
+        if refused:
+            return self.failed(url, f"refused: {refused}")
+        parser = SitemapParser()
+        children: list[Entry] = []
+        content_type = ""
+        try:
+            with fetch(self.client, url, deadline_s=self.deadline_s) as answer:
+                content_type = answer.content_type
+                if answer.status != 200:
+                    return self.failed(url, f"answered {answer.status}")
+                for chunk in answer.chunks(MAX_UNCOMPRESSED_BYTES):
+                    self.take(parser.feed(chunk), parser, children)
+                    if self.cut_short:
+                        break
+            if not self.cut_short:
+                self.take(parser.close(), parser, children)
+        except SitemapError as exc:
+            served = f" (served as {content_type.split(';')[0]})" if content_type else ""
+            return self.failed(url, f"{exc}{served}")
+        except FetchError as exc:
+            return self.failed(url, str(exc))
+        self.counts["files_read"] += 1
+        if parser.over_limit:
+            self.counts["over_file_limit"] += parser.over_limit
+            self.problem(f"{url}: lists more than the protocol's 50,000 URLs: {parser.over_limit} not read")
+        return children
+
+    def take(self, entries: list[Entry], parser: SitemapParser, children: list[Entry]) -> None:
+        if parser.kind == "sitemapindex":
+            children.extend(entries)
+            return
+        for entry in entries:
+            self.page(entry)
+            if self.cut_short:
+                return
+
+    def page(self, entry: Entry) -> None:
+        self.counts["listed"] += 1
+        if self.counts["listed"] > self.spec.max_listed_urls:
+            self.cut_short = True
+            self.problem(f"the sitemaps list more than {self.spec.max_listed_urls} URLs (max_listed_urls): "
+                         "the rest not read")
+            return
+        listed = self.listed(entry.loc, entry.lastmod)
+        if listed is not None:
+            self._batch.append(listed)
+            if len(self._batch) >= STAGE_ROWS:
+                self.flush()
+
+    def listed(self, loc: str, lastmod) -> store.Listed | None:
+        """A URL as a row to stage, or None with the reason it is left out counted."""
+        try:
+            url = normalize_url(loc)
+        except InvalidURL:
+            self.counts["invalid"] += 1
+            return None
+        if host_refusal(urlsplit(loc).hostname or "", self.allowed):
+            self.counts["refused_address"] += 1
+            return None
+        if not self.spec.in_scope(url):
+            self.counts["out_of_scope"] += 1
+            return None
+        if not self.robots(loc.strip()).allowed(loc.strip(), self.agent):
+            self.counts["disallowed"] += 1
+            return None
+        return store.Listed(page_id(url), url, loc.strip(), lastmod, self.spec.shard(url), self.every_for(url))
+
+    def flush(self) -> None:
+        store.stage(self.conn, self.reading.reading_id, self._batch)
+        self._batch = []
+
+    def failed(self, url: str, reason: str) -> None:
+        self.counts["files_failed"] += 1
+        self.problem(f"{url}: {reason}")
+        return None
+
+    def problem(self, reason: str) -> None:
+        log.warning("site %s: %s", self.spec.name, reason)
+        self.errors.append(reason)
+
+
+def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
+              robots_for: Callable[[str], Robots], agent: str, every_for: Callable[[str], timedelta],
+              allowed: tuple[Network, ...] = (), deadline_s: float = 300.0,
+              run_id: str | None = None) -> ReadingResult:
+    """Read `spec`'s robots.txt and sitemaps once and apply what they list. Never raises for what
+    the site serves: each problem is a reason in the result (and on the reading's row)."""
+    with conn.transaction():
+        reading = store.begin_reading(conn, spec.name, run_id)
+    reader = _Reader(conn, client, spec, robots_for, agent, every_for, allowed, deadline_s, reading)
+    with conn.transaction():     # staged rows are only visible to the apply once committed
+        reader.read()
+        reader.flush()
+    seeds = [row for row in (reader.listed(url, None) for url in spec.seeds) if row is not None]
+    with conn.transaction():
+        reader.counts["seeds_registered"] = store.register_seeds(conn, spec, seeds)
+    complete = not reader.errors
+    reader.counts.update(store.apply_reading(conn, reading, max_pages=spec.max_pages, complete=complete))
+    if reader.counts["over_cap"]:
+        reader.problem(f"{reader.counts['over_cap']} new URL(s) over the site's page cap ({spec.max_pages}): "
+                       "not registered")
+    store.finish_reading(conn, reading, complete=complete, counts=dict(reader.counts), errors=reader.errors,
+                         next_in=spec.discover_every)
+    return ReadingResult(reading.reading_id, complete, reader.counts, reader.errors)

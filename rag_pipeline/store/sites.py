@@ -1,0 +1,189 @@
+"""Sites and their readings: the declared sites, each reading's listing staged in batches (COPY),
+and one set-based transaction that turns a reading into new, re-listed, moved and gone pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from rag_pipeline.core.sites import SiteSpec
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One in-scope URL a reading found, ready to stage."""
+
+    page_id: UUID
+    url: str                    # normalized
+    crawl_url: str              # as listed
+    lastmod: datetime | None
+    shard: int | None
+    every: timedelta
+
+
+@dataclass(frozen=True)
+class Reading:
+    reading_id: int
+    site: str
+    started_at: datetime
+    finished_at: datetime | None
+    complete: bool | None
+    counts: dict
+    errors: list[str]
+
+
+def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
+    """The declared sites as rows (what routing, `status` and the discovery sensor read). A handful
+    of rows, changed only when a declaration changes; `discover_every` applies from the next reading."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET shards = excluded.shards, scope = excluded.scope,"
+            "   exclude = excluded.exclude, max_pages = excluded.max_pages, discover_every = excluded.discover_every"
+            " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every)"
+            "   IS DISTINCT FROM (excluded.shards, excluded.scope, excluded.exclude, excluded.max_pages,"
+            "                     excluded.discover_every)",
+            [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every) for s in specs],
+        )
+
+
+def due(conn: psycopg.Connection, names: list[str]) -> list[str]:
+    """The sites among `names` whose next reading is due (never read: due at once)."""
+    rows = conn.execute(
+        "SELECT name FROM sites WHERE name = ANY(%s) AND (next_discovery_at IS NULL OR next_discovery_at <= now())"
+        " ORDER BY name", (names,)).fetchall()
+    return [r[0] for r in rows]
+
+
+# A reading that dies before it finishes is tried again this much later, not at the next tick.
+RETRY_READING = timedelta(minutes=15)
+
+
+def begin_reading(conn: psycopg.Connection, site: str, run_id: str | None) -> Reading:
+    conn.execute("UPDATE sites SET next_discovery_at = now() + %s WHERE name = %s", (RETRY_READING, site))
+    row = conn.execute(
+        "INSERT INTO site_readings (site, run_id) VALUES (%s, %s) RETURNING reading_id, started_at",
+        (site, run_id)).fetchone()
+    return Reading(row[0], site, row[1], None, None, {}, [])
+
+
+def stage(conn: psycopg.Connection, reading_id: int, rows: list[Listed]) -> None:
+    """Append a batch of a reading's listing, by COPY (a reading may list millions)."""
+    if not rows:
+        return
+    with conn.cursor().copy(
+        "COPY site_listing (reading_id, page_id, url, crawl_url, lastmod, shard, every) FROM STDIN"
+    ) as copy:
+        for r in rows:
+            copy.write_row((reading_id, r.page_id, r.url, r.crawl_url, r.lastmod, r.shard, r.every))
+
+
+def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int, complete: bool) -> dict[str, int]:
+    """Turn a staged reading into page changes, in one transaction:
+
+    - new in-scope URLs become pages of the site, due now (pushed by recrawl_sensor at the
+      crawler's rate), up to the site's page cap;
+    - a catch-all page the site lists is adopted by it; a page of another site stays there;
+    - a page whose `<lastmod>` moved past its last crawl is due now;
+    - every listed page is stamped `listed_at` (and re-listed if it had gone);
+    - when the reading is complete, a page it no longer lists is `unlisted` and due now: its next
+      crawl decides (404/410 tombstones it; 200 keeps it, unlisted).
+    """
+    site, rid = reading.site, reading.reading_id
+    counts: dict[str, int] = {}
+    with conn.transaction():
+        conn.execute(
+            "CREATE TEMP TABLE listed ON COMMIT DROP AS"
+            " SELECT DISTINCT ON (page_id) page_id, url, crawl_url, lastmod, shard, every FROM site_listing"
+            " WHERE reading_id = %s ORDER BY page_id, lastmod DESC NULLS LAST", (rid,))
+        conn.execute("ANALYZE listed")
+        counts["in_scope"] = conn.execute("SELECT count(*) FROM listed").fetchone()[0]
+        counts["claimed_by_other_site"] = conn.execute(
+            "SELECT count(*) FROM listed l JOIN pages p USING (page_id) WHERE p.site IS DISTINCT FROM %s"
+            " AND p.site IS NOT NULL", (site,)).fetchone()[0]
+        counts["adopted"] = conn.execute(
+            "UPDATE pages p SET site = %s, shard = l.shard FROM listed l"
+            " WHERE p.page_id = l.page_id AND p.site IS NULL", (site,)).rowcount
+        counts["lastmod_moved"] = conn.execute(
+            "UPDATE pages p SET next_crawl_at = now() FROM listed l"
+            " WHERE p.page_id = l.page_id AND p.site = %s AND p.alias_of IS NULL"
+            "   AND l.lastmod > p.last_crawled_at"
+            "   AND (p.sitemap_lastmod IS NULL OR l.lastmod > p.sitemap_lastmod)", (site,)).rowcount
+        conn.execute(
+            "UPDATE pages p SET listed_at = now(), sitemap_lastmod = coalesce(l.lastmod, p.sitemap_lastmod),"
+            "   unlisted_at = NULL FROM listed l WHERE p.page_id = l.page_id AND p.site = %s", (site,))
+        counts["gone"] = conn.execute(
+            "UPDATE pages SET unlisted_at = now(), next_crawl_at = least(next_crawl_at, now())"
+            " WHERE site = %s AND listed_at < %s AND unlisted_at IS NULL AND deleted_at IS NULL"
+            "   AND alias_of IS NULL", (site, reading.started_at)).rowcount if complete else 0
+        held = conn.execute("SELECT count(*) FROM pages WHERE site = %s AND deleted_at IS NULL",
+                            (site,)).fetchone()[0]
+        unknown = conn.execute(
+            "SELECT count(*) FROM listed l WHERE NOT EXISTS (SELECT 1 FROM pages p WHERE p.page_id = l.page_id)"
+        ).fetchone()[0]
+        room = max(0, max_pages - held)
+        counts["new"] = conn.execute(
+            "INSERT INTO pages (page_id, url, crawl_url, site, shard, recrawl_every, cadence_source,"
+            "   next_crawl_at, discovered_by, listed_at, sitemap_lastmod)"
+            " SELECT l.page_id, l.url, l.crawl_url, %s, l.shard, l.every, 'default', now(), 'sitemap', now(), l.lastmod"
+            " FROM listed l WHERE NOT EXISTS (SELECT 1 FROM pages p WHERE p.page_id = l.page_id)"
+            " ORDER BY l.url LIMIT %s ON CONFLICT DO NOTHING", (site, room)).rowcount
+        counts["over_cap"] = unknown - counts["new"]
+        conn.execute("DELETE FROM site_listing WHERE reading_id = %s", (rid,))
+    return counts
+
+
+def finish_reading(conn: psycopg.Connection, reading: Reading, *, complete: bool, counts: dict,
+                   errors: list[str], next_in: timedelta) -> None:
+    with conn.transaction():
+        conn.execute(
+            "UPDATE site_readings SET finished_at = now(), complete = %s, counts = %s, errors = %s"
+            " WHERE reading_id = %s", (complete, Jsonb(counts), errors, reading.reading_id))
+        conn.execute("UPDATE sites SET next_discovery_at = now() + %s WHERE name = %s", (next_in, reading.site))
+        # A staged listing left by a reading that died before its apply.
+        conn.execute("DELETE FROM site_listing WHERE reading_id IN (SELECT reading_id FROM site_readings"
+                     " WHERE site = %s AND finished_at IS NULL AND reading_id < %s)",
+                     (reading.site, reading.reading_id))
+
+
+def register_seeds(conn: psycopg.Connection, site: SiteSpec, rows: list[Listed]) -> int:
+    """A site's seed URLs as its pages, due now (those it already has are left as they are)."""
+    if not rows:
+        return 0
+    return conn.execute(
+        "INSERT INTO pages (page_id, url, crawl_url, site, shard, recrawl_every, cadence_source, next_crawl_at,"
+        "   discovered_by)"
+        " SELECT u.*, 'default', now(), 'seed' FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[],"
+        "   %s::smallint[], %s::interval[]) AS u"
+        " ON CONFLICT (page_id) DO UPDATE SET site = excluded.site, shard = excluded.shard"
+        "   WHERE pages.site IS NULL",
+        ([r.page_id for r in rows], [r.url for r in rows], [r.crawl_url for r in rows], [site.name] * len(rows),
+         [r.shard for r in rows], [r.every for r in rows])).rowcount
+
+
+def newest_reading(conn: psycopg.Connection, site: str) -> Reading | None:
+    row = conn.execute(
+        "SELECT reading_id, site, started_at, finished_at, complete, counts, errors FROM site_readings"
+        " WHERE site = %s ORDER BY reading_id DESC LIMIT 1", (site,)).fetchone()
+    return Reading(*row) if row else None
+
+
+def page_counts(conn: psycopg.Connection, site: str | None) -> dict[str, int]:
+    """What `site show` and `status` say of a site's pages, from one scan of its rows."""
+    row = conn.execute(
+        "SELECT count(*),"
+        " count(*) FILTER (WHERE listed_at IS NOT NULL AND unlisted_at IS NULL),"
+        " count(*) FILTER (WHERE deleted_at IS NULL AND alias_of IS NULL AND indexed_hash IS NOT NULL),"
+        " count(*) FILTER (WHERE unlisted_at IS NOT NULL AND deleted_at IS NULL),"
+        " count(*) FILTER (WHERE deleted_at IS NOT NULL),"
+        " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now()),"
+        " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL)"
+        " FROM pages WHERE site IS NOT DISTINCT FROM %s", (site,)).fetchone()
+    keys = ("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled")
+    return dict(zip(keys, row))
