@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 from rag_pipeline.core.urls import InvalidURL, normalize_url
 
-__all__ = ["PARTITION_CEILING", "SiteError", "SiteSpec", "shard_of", "partition_set", "asset_prefix",
-           "CATCH_ALL_PARTITIONS", "site_of"]
+__all__ = ["PARTITION_CEILING", "SiteError", "SiteSpec", "SiteScope", "shard_of", "partition_set",
+           "asset_prefix", "CATCH_ALL_PARTITIONS", "locate"]
 
 # Keys one dynamic partition set may hold while the UI's asset pages stay responsive: its lineage
 # and partition-health queries grow ~30 µs a key and take 3-10 s at 300,000 keys (Dagster 1.13.27,
@@ -72,6 +72,7 @@ class SiteSpec:
             raise SiteError(f"site {self.name}: discover_every must be at least 1m")
         scope = self.include or tuple(f"{origin}{tail}" for origin in self.start_origins() for tail in ("", "/*"))
         object.__setattr__(self, "scope", scope)
+        object.__setattr__(self, "_rule", SiteScope(self.name, scope, self.exclude, self.shards))
 
     @staticmethod
     def shards_for(max_pages: int) -> int:
@@ -94,13 +95,15 @@ class SiteSpec:
             origins.append(f"{parts.scheme.lower()}://{parts.netloc.lower()}")
         return tuple(dict.fromkeys(origins))
 
+    def scope_rule(self) -> "SiteScope":
+        return self._rule
+
     def in_scope(self, page_url: str) -> bool:
         """`page_url` normalized; `*` matches across `/`, as in cadence rules."""
-        return (any(fnmatchcase(page_url, glob) for glob in self.scope)
-                and not any(fnmatchcase(page_url, glob) for glob in self.exclude))
+        return self.scope_rule().in_scope(page_url)
 
     def shard(self, page_url: str) -> int | None:
-        return shard_of(page_url, self.shards) if self.shards > 1 else None
+        return self.scope_rule().shard(page_url)
 
     def partition_set(self, shard: int | None) -> str:
         return partition_set(self.name, shard)
@@ -129,9 +132,28 @@ def asset_prefix(site: str | None, shard: int | None) -> list[str]:
     return [site] if shard is None else [site, f"shard_{shard:02d}"]
 
 
-def site_of(page_url: str, sites: list[SiteSpec] | tuple[SiteSpec, ...]) -> SiteSpec | None:
-    """The first declared site whose scope holds the page, else None (the catch-all)."""
-    for spec in sites:
-        if spec.in_scope(page_url):
-            return spec
-    return None
+@dataclass(frozen=True)
+class SiteScope:
+    """What routing and seeding need of a declared site (its row in `sites`): is a URL in it, and
+    in which shard."""
+
+    name: str
+    scope: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    shards: int = 1
+
+    def in_scope(self, page_url: str) -> bool:
+        return (any(fnmatchcase(page_url, glob) for glob in self.scope)
+                and not any(fnmatchcase(page_url, glob) for glob in self.exclude))
+
+    def shard(self, page_url: str) -> int | None:
+        return shard_of(page_url, self.shards) if self.shards > 1 else None
+
+
+def locate(page_url: str, sites) -> tuple[str | None, int | None]:
+    """(site, shard) of a page first seen outside discovery (a seed, a redirect target): the first
+    declared site, by name, whose scope holds it, else the catch-all's (None, None)."""
+    for site in sorted(sites, key=lambda s: s.name):
+        if site.in_scope(page_url):
+            return site.name, site.shard(page_url)
+    return None, None

@@ -13,7 +13,8 @@ from typing import Callable
 import psycopg
 
 from rag_pipeline.crawl.base import Crawler, PushError
-from rag_pipeline.store import pushes, schedule
+from rag_pipeline.core.sites import locate
+from rag_pipeline.store import pushes, schedule, sites
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,11 @@ def register_seeds(conn: psycopg.Connection, seeds, rules) -> tuple[list[schedul
     targets: list[schedule.Target] = []
     skipped: list[str] = []
     with conn.transaction():
+        scopes = sites.declared_scopes(conn)   # a seed in a declared site's scope is that site's page
         for s in seeds:
+            site, shard = locate(s.page_url, scopes)
             row = schedule.register(conn, s.url, s.page_url, s.every or rules.every_for(s.page_url),
-                                    explicit=s.every is not None)
+                                    explicit=s.every is not None, site=site, shard=shard)
             if row.alias_of:
                 skipped.append(f"{s.url} → {row.alias_of}")
             else:

@@ -18,12 +18,13 @@ import psycopg
 from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
+from rag_pipeline.core.sites import locate
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.settings import load_settings
-from rag_pipeline.store import aliases, deliveries, pages, pushes
+from rag_pipeline.store import aliases, deliveries, pages, pushes, sites
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +72,14 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
     result = RoutingResult()
     rules = rules if rules is not None else configured_boilerplate_rules()
     allowed = allowed_networks if allowed_networks is not None else load_settings().allowed_networks()
+    scopes = sites.declared_scopes(conn)   # where a page first seen here belongs
     while result.routed < limit:
         with conn.transaction():
             claimed = deliveries.claim_unrouted(conn, min(chunk, limit - result.routed))
             for delivery in claimed:
                 try:
                     with conn.transaction():
-                        outcome = _route_one(conn, delivery, rules, max_page_bytes, result, allowed)
+                        outcome = _route_one(conn, delivery, rules, max_page_bytes, result, allowed, scopes)
                 except (BodyError, InvalidURL) as exc:
                     # A stored body the receiver accepted should decode; if not, say so and move on.
                     outcome = "failed"
@@ -120,7 +122,7 @@ def data_error_reason(exc: psycopg.DataError) -> str:
             "not retried: a retry would fail the same way")
 
 
-def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, allowed) -> str:
+def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, allowed, scopes) -> str:
     page_url = normalize_url(delivery.url)
     # The network guard's rule, on what was delivered: an internal address is never indexed.
     refused = host_refusal(urlsplit(delivery.url).hostname or "", allowed)
@@ -152,6 +154,11 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, all
         )
         return "skipped"
 
+    if page is None:   # first seen here: placed in the declared site whose scope holds it, if any
+        site, shard = locate(page_url, scopes)
+        pushed = delivery.pushed_url or pushed_url
+        pages.ensure(conn, pid, page_url, delivery.url, site=site, shard=shard,
+                     discovered_by="redirect" if pushed and pushed != delivery.url else "delivery")
     redirected_from = _note_redirect(conn, delivery, page_url, pushed_url)
     if redirected_from:
         result.redirects[page_url] = (redirected_from, delivery.id)
@@ -181,8 +188,6 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, all
         deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url, crawled_at=crawled_at)
         return "unchanged"
 
-    if page is None:
-        pages.ensure(conn, pid, page_url, delivery.url)
     pages.note_crawl(conn, pid, crawled_at, digest)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
     deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, text_hash=digest,

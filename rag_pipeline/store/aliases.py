@@ -42,10 +42,12 @@ def record(conn: psycopg.Connection, alias_url: str, target_url: str, target_cra
             (page_id(target_url), target_url, target_crawl_url),
         )
     alias_id = page_id(alias_url)
+    # A new alias row counts with its target's site (it is never indexed, so it needs no shard).
     conn.execute(
-        "INSERT INTO pages (page_id, url, cadence_source) VALUES (%s, %s, 'redirect')"
+        "INSERT INTO pages (page_id, url, cadence_source, site, discovered_by)"
+        " SELECT %s, %s, 'redirect', site, 'redirect' FROM pages WHERE page_id = %s"
         " ON CONFLICT (page_id) DO NOTHING",
-        (alias_id, alias_url),
+        (alias_id, alias_url, page_id(target_url)),
     )
     # Nothing indexed twice: whatever the alias had in search leaves it now.
     conn.execute("DELETE FROM chunks WHERE page_id = %s", (alias_id,))

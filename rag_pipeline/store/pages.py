@@ -46,13 +46,14 @@ def get(conn: psycopg.Connection, url: str, *, for_update: bool = False) -> Page
         return cur.fetchone()
 
 
-def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | None = None) -> None:
+def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | None = None, *,
+           site: str | None = None, shard: int | None = None, discovered_by: str = "delivery") -> None:
     """A page row for `url`; `crawl_url` is the URL as the crawler fetched it (http stays http),
-    which recrawls push and citations show."""
+    which recrawls push and citations show. `site`/`shard`: where a new row belongs."""
     conn.execute(
-        "INSERT INTO pages (page_id, url, crawl_url) VALUES (%s, %s, %s)"
+        "INSERT INTO pages (page_id, url, crawl_url, site, shard, discovered_by) VALUES (%s, %s, %s, %s, %s, %s)"
         " ON CONFLICT (page_id) DO UPDATE SET crawl_url = coalesce(pages.crawl_url, excluded.crawl_url)",
-        (page_id, url, crawl_url),
+        (page_id, url, crawl_url, site, shard, discovered_by),
     )
 
 

@@ -48,12 +48,14 @@ class Cadence:
 
 
 def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
-             explicit: bool) -> Registered:
+             explicit: bool, site: str | None = None, shard: int | None = None) -> Registered:
     """Add or update a seeded page, due now. An explicit cadence (seed `every=`) wins; a pattern
-    default never overrides a cadence someone set by hand."""
+    default never overrides a cadence someone set by hand. `site`/`shard`: where a new page
+    belongs (a page keeps the site it has)."""
     row = conn.execute(
-        "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
-        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now())"
+        "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at, site, shard,"
+        "   discovered_by)"
+        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now(), %(site)s, %(shard)s, 'seed')"
         " ON CONFLICT (page_id) DO UPDATE SET crawl_url = excluded.crawl_url,"
         "   recrawl_every = CASE WHEN %(explicit)s OR pages.cadence_source IS NULL"
         "     OR pages.cadence_source = 'default' THEN excluded.recrawl_every ELSE pages.recrawl_every END,"
@@ -62,7 +64,7 @@ def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta
         "   next_crawl_at = CASE WHEN pages.alias_of IS NULL THEN now() END"
         " RETURNING url, crawl_url, recrawl_every, alias_of",
         {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every,
-         "source": "seed" if explicit else "default", "explicit": explicit},
+         "source": "seed" if explicit else "default", "explicit": explicit, "site": site, "shard": shard},
     ).fetchone()
     return Registered(*row)
 

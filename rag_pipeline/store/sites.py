@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
-from rag_pipeline.core.sites import SiteSpec
+from rag_pipeline.core.sites import SiteScope, SiteSpec
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
             "                     excluded.discover_every)",
             [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every) for s in specs],
         )
+
+
+def declared_scopes(conn: psycopg.Connection) -> list[SiteScope]:
+    """Every declared site's scope, for placing a page first seen outside discovery."""
+    return [SiteScope(name, tuple(scope), tuple(exclude), shards) for name, scope, exclude, shards in
+            conn.execute("SELECT name, scope, exclude, shards FROM sites ORDER BY name").fetchall()]
 
 
 def due(conn: psycopg.Connection, names: list[str]) -> list[str]:

@@ -189,3 +189,34 @@ def test_the_reading_is_recorded_for_the_next_one(conn, site):
     assert timedelta(hours=5, minutes=59) < next_at - datetime.now(UTC) <= timedelta(hours=6)
     reading = sites.newest_reading(conn, "docs")
     assert reading.complete and reading.counts["new"] == 1
+
+
+def test_a_page_first_seen_outside_discovery_lands_in_the_site_that_scopes_it(conn, site):
+    """A seed or a redirect target in a declared site's scope is that site's page (in its shard);
+    anything else is the catch-all's."""
+    import uuid
+
+    from rag_pipeline.core.sites import shard_of
+    from rag_pipeline.crawl.cadence import load_rules, parse_seeds
+    from rag_pipeline.crawl.pushing import register_seeds
+    from rag_pipeline.ingest.routing import route_batch
+    from rag_pipeline.store import deliveries, sites
+
+    spec = SiteSpec(name="docs", seeds=("https://docs.example.com/",), shards=4)
+    with conn.transaction():
+        sites.sync_declared(conn, [spec])
+    seeds = parse_seeds("https://docs.example.com/guide\nhttps://other.example.com/x\n")
+    register_seeds(conn, seeds, load_rules())
+    deliveries.insert(conn, rid=uuid.uuid4().hex, url="https://docs.example.com/moved-here",
+                      pushed_url="https://docs.example.com/old", crawler_status=200, original_status=200,
+                      content_type="text/markdown", body=gzip.compress(b"# Moved\n"), body_encoding="gzip")
+    route_batch(conn, 10, 10_000_000, allowed_networks=())
+    placed = {url: (site_, shard, by) for url, site_, shard, by in
+              conn.execute("SELECT url, site, shard, discovered_by FROM pages")}
+    assert placed == {
+        "https://docs.example.com/guide": ("docs", shard_of("https://docs.example.com/guide", 4), "seed"),
+        "https://other.example.com/x": (None, None, "seed"),
+        "https://docs.example.com/moved-here": ("docs", shard_of("https://docs.example.com/moved-here", 4),
+                                                "redirect"),
+        "https://docs.example.com/old": ("docs", None, "redirect"),     # the alias, never indexed
+    }

@@ -23,8 +23,8 @@ def refuse_one_page(monkeypatch, url: str) -> None:
     """Postgres refuses the data of one page (SQLSTATE class 22), after part of its routing was written."""
     ensure = pages.ensure
 
-    def ensure_then_refuse(conn, pid, page_url, crawl_url):
-        ensure(conn, pid, page_url, crawl_url)
+    def ensure_then_refuse(conn, pid, page_url, crawl_url, **where):
+        ensure(conn, pid, page_url, crawl_url, **where)
         if page_url == url:
             conn.execute("SELECT %s::integer", ("not a number",))   # 22P02, a psycopg.DataError
 
