@@ -9,7 +9,7 @@ No `from __future__ import annotations` here: Dagster's resolver reads these ann
 from typing import Optional
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from rag_pipeline.core.sites import PARTITION_CEILING, SiteError, SiteSpec
 from rag_pipeline.crawl.cadence import CadenceError, CadenceRules, format_interval, parse_interval, rules_from
@@ -76,9 +76,17 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
     max_sitemap_files: int = Field(default=1_000, description="Sitemap files read at most per reading.")
     max_listed_urls: int = Field(default=2_000_000, description="URLs read at most per reading.")
     cadence: Optional[dict] = Field(default=None, description="Recrawl rules in cadence.yaml's form.")
+    _folder: Optional[str] = PrivateAttr(default=None)
 
-    def spec(self, folder: str) -> SiteSpec:
-        name = self.name or folder
+    @classmethod
+    def load(cls, attributes, context: dg.ComponentLoadContext) -> "SiteComponent":
+        # The folder names the site: kept for readers of the tree that never build it (the CLI).
+        component = super().load(attributes, context)
+        component._folder = context.path.name
+        return component
+
+    def spec(self, folder: Optional[str] = None) -> SiteSpec:
+        name = self.name or folder or self._folder
         try:
             every = parse_interval(self.discover_every)
         except CadenceError as exc:
@@ -127,3 +135,23 @@ def describe(spec: SiteSpec) -> str:
     return (f"{spec.name}: {len(spec.sitemaps)} sitemap(s), {len(spec.seeds)} seed(s), {pages}, "
             f"read every {format_interval(spec.discover_every)}")
 
+
+
+def declared_sites() -> list[tuple[SiteSpec, Optional[CadenceRules]]]:
+    """Every enabled site of this code location, as the CLI sees them: the same component tree
+    the definitions are built from, loaded but not built."""
+    import importlib
+    import warnings
+    from pathlib import Path
+
+    with warnings.catch_warnings():
+        for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
+            warnings.simplefilter("ignore", category)
+        tree = dg.ComponentTree(defs_module=importlib.import_module("rag_pipeline.defs"),
+                                project_root=Path(__file__).resolve().parents[2])
+        found = []
+        for component in tree.get_all_components(of_type=SiteComponent):
+            if component.enabled:
+                spec = component.spec()
+                found.append((spec, component.cadence_rules(spec.name)))
+    return sorted(found, key=lambda pair: pair[0].name)

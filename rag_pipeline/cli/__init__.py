@@ -303,6 +303,7 @@ def status(as_json: bool) -> None:
     """Pages by state, the delivery queue, the last hour, overdue pages, what embedding cost and
     saved, and the checks that fail (their newest evaluation in the Dagster instance)."""
     from rag_pipeline.store import db, deliveries, pages, schedule
+    from rag_pipeline.store import sites as sites_store
     from rag_pipeline.store import status as status_store
 
     url = _app_url()
@@ -317,13 +318,14 @@ def status(as_json: bool) -> None:
             "deliveries": deliveries.outcome_counts(conn),
             "embedding": status_store.ledger_totals(conn),
             "overdue": {"pages": overdue, "examples": examples},
+            "sites": sites_store.overview(conn),
         }
     settings = get_settings()
     report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
                            else f"embedded at {db.embedded.pgdata_dir(settings)} ({settings.rag_home_source()})"),
               **report, "checks": _check_report(settings)}
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json.dumps(report, indent=2, default=str))
         return
     _print_status(report)
 
@@ -412,6 +414,23 @@ def _print_status(report: dict) -> None:
                        ("embedding requests", ever["requests"])])
     if report["overdue"]["examples"]:
         console.print("overdue, e.g.: " + ", ".join(report["overdue"]["examples"]), highlight=False)
+    if report["sites"]:
+        t = Table(title="sites", title_justify="left", box=box.SIMPLE)
+        for column in ("site", "live", "listed", "unlisted", "tombstoned", "due", "last reading"):
+            t.add_column(column, justify="left" if column in ("site", "last reading") else "right")
+        for row in report["sites"]:
+            reading = row["last_reading"]
+            if reading is None:
+                said = "never read"
+            elif reading["finished_at"] is None:
+                said = "reading now"
+            elif reading["complete"]:
+                said = "complete"
+            else:
+                said = f"INCOMPLETE: {reading['problems'][0][:120]}" if reading["problems"] else "INCOMPLETE"
+            t.add_row(row["site"], *(f"{row[k]:,}" for k in ("live", "listed", "unlisted", "tombstoned", "due")),
+                      said)
+        console.print(t)
     checks = report["checks"]
     if "error" in checks:
         console.print(f"checks: {checks['instance']}: {checks['error']}", highlight=False)
@@ -775,6 +794,15 @@ def cadence_show(url: str) -> None:
     if adapts and row.why:
         click.echo(f"  why this interval: {row.why}")
 
+
+def _register_groups() -> None:
+    """Command groups that live in modules of their own."""
+    from rag_pipeline.cli.sites import site
+
+    main.add_command(site)
+
+
+_register_groups()
 
 if __name__ == "__main__":
     sys.exit(main())

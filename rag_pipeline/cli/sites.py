@@ -1,0 +1,159 @@
+"""`rag-pipeline site …`: the declared sites, what their pages are doing, and a reading now."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rag_pipeline.settings import get_settings
+
+
+class UnknownSite(click.ClickException):
+    exit_code = 1
+
+
+def _declared() -> dict:
+    from rag_pipeline.components.site import declared_sites
+
+    return {spec.name: (spec, rules) for spec, rules in declared_sites()}
+
+
+def _site(name: str):
+    declared = _declared()
+    if name not in declared:
+        known = ", ".join(sorted(declared)) or "none (add one: dg scaffold defs SiteComponent sites/<name>)"
+        raise UnknownSite(f"no site {name!r} is declared; declared sites: {known}")
+    return declared[name]
+
+
+def _ago(when, now) -> str:
+    from rag_pipeline.crawl.cadence import describe_time
+
+    return describe_time(when, now, missing="never")
+
+
+def _reading_line(row: dict) -> str:
+    reading = row["last_reading"]
+    if reading is None:
+        return "never read"
+    if reading["finished_at"] is None:
+        return f"reading since {_ago(reading['started_at'], row['now'])}"
+    c = reading["counts"]
+    state = "complete" if reading["complete"] else f"INCOMPLETE, {len(reading['problems'])} problem(s)"
+    return (f"read {_ago(reading['finished_at'], row['now'])} ({state}): {c.get('listed', 0)} listed, "
+            f"{c.get('new', 0)} new, {c.get('gone', 0)} gone, {c.get('lastmod_moved', 0)} lastmod moved")
+
+
+@click.group("site")
+def site() -> None:
+    """Declared sites (rag_pipeline/defs/sites/*/defs.yaml) and their discovery."""
+
+
+@site.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def site_list(as_json: bool) -> None:
+    """Each declared site: its pages by state and its last reading."""
+    from rag_pipeline.cli import _app_url
+    from rag_pipeline.store import db
+    from rag_pipeline.store import sites as store
+
+    declared = _declared()
+    with db.connection(_app_url()) as conn:
+        rows = {r["site"]: r for r in store.overview(conn)}
+    if as_json:
+        click.echo(json.dumps([{**rows.get(n, {"site": n}), "declared": True} for n in sorted(declared)],
+                              default=str, indent=2))
+        return
+    if not declared:
+        click.echo("no sites declared: add one with `dg scaffold defs SiteComponent sites/<name> --sitemap URL`")
+        return
+    for name in sorted(declared):
+        row = rows.get(name)
+        if row is None:
+            click.echo(f"{name}: declared, not read yet (its discovery sensor reads it within a minute of loading)")
+            continue
+        click.echo(f"{name}: {row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
+                   f"{row['tombstoned']} tombstoned, {row['due']} due; {_reading_line(row)}")
+
+
+@site.command("show")
+@click.argument("name")
+def site_show(name: str) -> None:
+    """One site: what it declares, its pages by state, and its last reading with its problems."""
+    from rag_pipeline.cli import _app_url
+    from rag_pipeline.components.site import describe
+    from rag_pipeline.store import db
+    from rag_pipeline.store import sites as store
+
+    spec, _rules = _site(name)
+    with db.connection(_app_url()) as conn:
+        row = next((r for r in store.overview(conn) if r["site"] == name), None)
+        never_crawled = store.page_counts(conn, name)["never_crawled"]
+    click.echo(describe(spec))
+    click.echo(f"  scope: {', '.join(spec.scope)}" + (f"; excluding {', '.join(spec.exclude)}" if spec.exclude else ""))
+    if row is None:
+        click.echo("  not read yet")
+        return
+    click.echo(f"  pages: {row['pages']} ({row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
+               f"{row['tombstoned']} tombstoned, {row['due']} due, {never_crawled} never crawled)")
+    click.echo(f"  last reading: {_reading_line(row)}")
+    reading = row["last_reading"]
+    if reading and reading["counts"]:
+        shown = {k: v for k, v in reading["counts"].items() if v}
+        click.echo("    " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items()))
+    for problem in (reading or {}).get("problems") or []:
+        click.echo(f"    problem: {problem}")
+    click.echo(f"  next reading: {_ago(row['next_reading_at'], row['now']) if row['next_reading_at'] else 'at once'}")
+
+
+@site.command("discover")
+@click.argument("name")
+def site_discover(name: str) -> None:
+    """Read NAME's robots.txt and sitemaps now (the discovery asset's work, in this process), and
+    record the reading on its discovery asset when the Dagster instance is reachable."""
+    from rag_pipeline.cli import _app_url
+    from rag_pipeline.components.discovery import run_reading
+    from rag_pipeline.store import db
+    from rag_pipeline.store import sites as store
+
+    spec, rules = _site(name)
+    settings = get_settings()
+    with db.connection(_app_url()) as conn:
+        with conn.transaction():
+            store.sync_declared(conn, [spec])
+        result = run_reading(conn, spec, rules, settings)
+    recorded = _record(spec.name, result, settings)
+    click.echo(f"{name}: {result.summary}")
+    for problem in result.errors:
+        click.echo(f"  problem: {problem}")
+    click.echo(f"  {recorded}")
+    if not result.complete:
+        raise click.exceptions.Exit(1)
+
+
+def _record(site_name: str, result, settings) -> str:
+    """The reading as a materialization of the site's discovery asset, or why it was not recorded."""
+    import os
+    from pathlib import Path
+
+    import dagster as dg
+
+    from rag_pipeline.cli import _dagster_storage_url
+    from rag_pipeline.components.discovery import discovery_key, reading_metadata
+    from rag_pipeline.defs import check_states
+    from rag_pipeline.defs.index.events import write_runless
+
+    home = Path(os.environ.get("DAGSTER_HOME") or settings.rag_home / "dagster_home")
+    if not (home / "dagster.yaml").is_file():
+        return f"not recorded in Dagster: no instance at {home} (set DAGSTER_HOME)"
+    with _dagster_storage_url(settings) as missing:
+        if missing:
+            return f"not recorded in Dagster: {missing}"
+        try:
+            with check_states.instance_at(home) as instance:
+                write_runless(instance, [dg.AssetMaterialization(asset_key=discovery_key(site_name),
+                                                                 metadata=reading_metadata(result))])
+        except Exception as exc:  # the reading is applied either way; say why the UI will not show it
+            return f"not recorded in Dagster: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return f"recorded on {discovery_key(site_name).to_user_string()} in {home}"
