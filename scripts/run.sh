@@ -15,6 +15,9 @@ export CRAWLER="${CRAWLER:-local}"
 # The network guard refuses non-public addresses; the demo site is on loopback, so that one is let in.
 export CRAWLER_ALLOW_NETWORKS="${CRAWLER_ALLOW_NETWORKS:-127.0.0.0/8}"
 export WEBHOOK_PORT
+# The sample site (rag_pipeline/defs/sites/sample) is declared only where this is set: its sitemap
+# is read by its discovery sensor as soon as Dagster loads, and its pages pushed by recrawl_sensor.
+export SAMPLE_SITE_URL="${SAMPLE_SITE_URL:-http://127.0.0.1:$SITE_PORT}"
 users_query_token="${QUERY_API_TOKEN:-}"
 # shellcheck source=scripts/setup.sh
 source scripts/setup.sh
@@ -74,11 +77,10 @@ wait_for "http://127.0.0.1:$WEBHOOK_PORT/healthz" 60
 wait_for "http://127.0.0.1:$QUERY_API_PORT/healthz" 60
 wait_for "http://127.0.0.1:$DAGSTER_PORT/server_info" 180
 
-# Seed the loopback sample site: pages are registered with their cadence, crawled by the local
-# crawler and delivered through the receiver exactly as Crawlbase would.
+# Nothing to seed: the sample site's discovery sensor reads its robots.txt and sitemap within a
+# minute of Dagster's start, and recrawl_sensor pushes the pages it registers to the local crawler,
+# which delivers them through the receiver exactly as Crawlbase would.
 wait_for "http://127.0.0.1:$SITE_PORT/" 30
-sed "s#{SITE}#http://127.0.0.1:$SITE_PORT#g" samples/site/seeds.txt > "$RAG_HOME/seeds.txt"
-"$BIN/rag-pipeline" seed "$RAG_HOME/seeds.txt"
 
 provider="${EMBEDDING_PROVIDER:-}"
 [ -n "$provider" ] || { [ -n "${OPENAI_API_KEY:-}" ] && provider=openai || provider=local; }
@@ -90,7 +92,8 @@ cat <<MSG
   rag-pipeline is running (embeddings: $provider)
     Dagster UI : http://127.0.0.1:$DAGSTER_PORT   (delivery_sensor ticks every 15 s)
     Webhook    : http://127.0.0.1:$WEBHOOK_PORT/webhook?token=…  (token: WEBHOOK_TOKEN, or $RAG_HOME/webhook_token)
-    Site       : http://127.0.0.1:$SITE_PORT  (samples/site, crawled by the $CRAWLER crawler; recrawl_sensor every 60 s)
+    Site       : http://127.0.0.1:$SITE_PORT  (samples/site; its sitemap read every 2 min, pages crawled by the $CRAWLER crawler)
+    Discovery  : .venv/bin/rag-pipeline site show sample   (add a page to samples/site/docs/: it is found and indexed)
     Cadence    : .venv/bin/rag-pipeline cadence show http://127.0.0.1:$SITE_PORT/pricing
     Search     : .venv/bin/rag-pipeline search "how do I rotate the webhook token?"
     Query API  : curl -s http://127.0.0.1:$QUERY_API_PORT/search -H "Authorization: Bearer $token_hint" \\

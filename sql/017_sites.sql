@@ -42,7 +42,7 @@ CREATE INDEX site_listing_reading ON site_listing (reading_id, page_id);
 ALTER TABLE pages ADD COLUMN site text;
 ALTER TABLE pages ADD COLUMN shard smallint;
 ALTER TABLE pages ADD COLUMN discovered_by text;        -- sitemap, link, seed, redirect, delivery
-ALTER TABLE pages ADD COLUMN listed_at timestamptz;     -- the newest reading whose sitemaps listed it
+ALTER TABLE pages ADD COLUMN listed_at timestamptz;     -- since when its site's sitemaps list it
 ALTER TABLE pages ADD COLUMN sitemap_lastmod timestamptz;
 ALTER TABLE pages ADD COLUMN unlisted_at timestamptz;   -- gone from the sitemaps that listed it
 ALTER TABLE pages ADD COLUMN link_depth smallint;       -- link discovery: hops from a start page

@@ -65,6 +65,7 @@ class _Reader:
         self.cut_short = False
         self._batch: list[store.Listed] = []
         self._robots: dict[str, Robots] = {}
+        self._refused: dict[str, str | None] = {}
 
     def robots(self, url: str) -> Robots:
         """The origin's robots.txt; one that cannot be read allows nothing and makes the reading
@@ -174,7 +175,10 @@ class _Reader:
         except InvalidURL:
             self.counts["invalid"] += 1
             return None
-        if host_refusal(urlsplit(loc).hostname or "", self.allowed):
+        host = urlsplit(loc).hostname or ""
+        if host not in self._refused:          # a site lists thousands of URLs on a few hosts
+            self._refused[host] = host_refusal(host, self.allowed)
+        if self._refused[host]:
             self.counts["refused_address"] += 1
             return None
         if not self.spec.in_scope(url):

@@ -121,13 +121,20 @@ def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
             " WHERE p.page_id = l.page_id AND p.site = %s AND p.alias_of IS NULL"
             "   AND l.lastmod > p.last_crawled_at"
             "   AND (p.sitemap_lastmod IS NULL OR l.lastmod > p.sitemap_lastmod)", (site,)).rowcount
-        conn.execute(
-            "UPDATE pages p SET listed_at = now(), sitemap_lastmod = coalesce(l.lastmod, p.sitemap_lastmod),"
-            "   unlisted_at = NULL FROM listed l WHERE p.page_id = l.page_id AND p.site = %s", (site,))
+        # Gone: listed before, not in this (complete) reading. Before the stamp below, which
+        # would otherwise re-list what it touches.
         counts["gone"] = conn.execute(
-            "UPDATE pages SET unlisted_at = now(), next_crawl_at = least(next_crawl_at, now())"
-            " WHERE site = %s AND listed_at < %s AND unlisted_at IS NULL AND deleted_at IS NULL"
-            "   AND alias_of IS NULL", (site, reading.started_at)).rowcount if complete else 0
+            "UPDATE pages p SET unlisted_at = now(), next_crawl_at = least(p.next_crawl_at, now())"
+            " WHERE p.site = %s AND p.listed_at IS NOT NULL AND p.unlisted_at IS NULL AND p.deleted_at IS NULL"
+            "   AND p.alias_of IS NULL AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.page_id = p.page_id)",
+            (site,)).rowcount if complete else 0
+        # Only rows whose listing changed are written: a reading of an unchanged site rewrites none.
+        counts["listing_updated"] = conn.execute(
+            "UPDATE pages p SET listed_at = CASE WHEN p.listed_at IS NULL OR p.unlisted_at IS NOT NULL"
+            "     THEN now() ELSE p.listed_at END,"
+            "   sitemap_lastmod = coalesce(l.lastmod, p.sitemap_lastmod), unlisted_at = NULL FROM listed l"
+            " WHERE p.page_id = l.page_id AND p.site = %s AND (p.listed_at IS NULL OR p.unlisted_at IS NOT NULL"
+            "   OR l.lastmod IS DISTINCT FROM p.sitemap_lastmod AND l.lastmod IS NOT NULL)", (site,)).rowcount
         held = conn.execute("SELECT count(*) FROM pages WHERE site = %s AND deleted_at IS NULL",
                             (site,)).fetchone()[0]
         unknown = conn.execute(

@@ -29,17 +29,16 @@ def test_site_discover_reads_the_sample_site_and_show_tells_what_it_found(databa
         _env(monkeypatch, database_url, site.base_url)
         result = CliRunner().invoke(cli, ["site", "discover", "sample"])
         assert result.exit_code == 0, result.output
-        # The generated sitemap lists six pages; robots.txt disallows /drafts/; `/` is also a seed.
-        # (`/` was registered as the seed just before: 4 new from the sitemap.)
-        assert result.output.startswith("sample: complete: 6 listed, 4 new, 0 gone, 0 lastmod moved")
+        # The generated sitemap lists six pages, robots.txt disallows /drafts/; the old guide is the seed.
+        assert result.output.startswith("sample: complete: 6 listed, 5 new, 0 gone, 0 lastmod moved")
         assert "not recorded in Dagster: no instance at" in result.output
         shown = CliRunner().invoke(cli, ["site", "show", "sample"])
     assert shown.exit_code == 0, shown.output
-    assert "sample: 1 sitemap(s), 1 seed(s), up to 1,000 pages, read every 10m" in shown.output
-    assert "pages: 5 (0 live, 5 listed, 0 unlisted, 0 tombstoned, 5 due, 5 never crawled)" in shown.output
+    assert "sample: 1 sitemap(s), 1 seed(s), up to 1,000 pages, read every 2m" in shown.output
+    assert "pages: 6 (0 live, 5 listed, 0 unlisted, 0 tombstoned, 6 due, 6 never crawled)" in shown.output
     assert "disallowed 1" in shown.output
     listed = json.loads(CliRunner().invoke(cli, ["site", "list", "--json"]).output)
-    assert [(s["site"], s["listed"], s["due"]) for s in listed] == [("sample", 5, 5)]
+    assert [(s["site"], s["listed"], s["due"]) for s in listed] == [("sample", 5, 6)]
     urls = [r[0] for r in conn.execute("SELECT crawl_url FROM pages WHERE site = 'sample' ORDER BY 1")]
     assert site.url("/drafts/launch-plan") not in urls and site.url("/pricing") in urls
     status = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)
