@@ -167,6 +167,8 @@ class Settings(BaseSettings):
     # Recrawls: pages pushed per sensor tick, cadence defaults, and crawler health thresholds.
     recrawl_batch_size: int = Field(default=500, alias="RECRAWL_BATCH_SIZE", ge=1)
     recrawl_interval_s: int = Field(default=60, alias="RECRAWL_INTERVAL_S", ge=1)
+    # How often each site's discovery sensor looks whether a reading is due (its cadence is the site's).
+    discovery_interval_s: int = Field(default=60, alias="DISCOVERY_INTERVAL_S", ge=1)
     cadence_file: Path | None = Field(default=None, alias="CADENCE_FILE")
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
     # Adaptive cadence: pushes a day for all pages (unset: CADENCE_BUDGET_SHARE of what the rules'

@@ -82,11 +82,14 @@ def discovery_asset(spec: SiteSpec, rules: CadenceRules | None, group: str) -> d
     return discovery
 
 
-def discovery_sensor(spec: SiteSpec, job) -> dg.SensorDefinition:
+def discovery_sensor(spec: SiteSpec, job, interval_s: int) -> dg.SensorDefinition:
+    """The site's sensor, ticking every `interval_s` (DISCOVERY_INTERVAL_S, fixed when the code
+    location loads)."""
+
     @dg.sensor(
         name=f"{spec.name}_discovery_sensor",
         job=job,
-        minimum_interval_seconds=60,
+        minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(f"Reads {spec.name}'s robots.txt and sitemaps when its next reading is due "
                      f"(every {format_interval(spec.discover_every)}; at once for a new site)."),

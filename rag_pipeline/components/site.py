@@ -126,7 +126,16 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                                   embedder_kind=kind, upstream=discovery.key)
         job = dg.define_asset_job(f"{spec.name}_discovery", selection=[discovery.key],
                                   description=f"Read {spec.name}'s robots.txt and sitemaps now.")
-        return dg.Definitions(assets=assets, jobs=[job], sensors=[discovery_sensor(spec, job)])
+        return dg.Definitions(assets=assets, jobs=[job], sensors=[discovery_sensor(spec, job, _interval_s())])
+
+
+def _interval_s() -> int:
+    from rag_pipeline.settings import Settings, SettingsError, load_settings
+
+    try:
+        return load_settings().discovery_interval_s
+    except SettingsError:   # the bad setting fails the sensor's ticks, with its message, not the location
+        return Settings.model_fields["discovery_interval_s"].default
 
 
 def describe(spec: SiteSpec) -> str:
