@@ -8,6 +8,7 @@ CREATE TABLE sites (
     exclude            text[] NOT NULL DEFAULT '{}',
     max_pages          integer NOT NULL,
     discover_every     interval NOT NULL,
+    link_depth         smallint NOT NULL DEFAULT 0,         -- link discovery: hops followed (0: off)
     declared_at        timestamptz NOT NULL DEFAULT now(),   -- first seen by the discovery sensor
     next_discovery_at  timestamptz                          -- NULL: read at once
 );

@@ -99,7 +99,9 @@ def discovery_sensor(spec: SiteSpec, job, interval_s: int) -> dg.SensorDefinitio
             with conn.transaction():
                 store.sync_declared(conn, [spec])
                 due = store.due(conn, [spec.name])
-        if not due:
+                # Link discovery goes on as soon as pages it may lead from were indexed.
+                links = not due and spec.link_depth > 0 and store.links_pending(conn, spec.name, spec.link_depth)
+        if not due and not links:
             return dg.SensorResult(skip_reason=dg.SkipReason(f"{spec.name}: no reading due"))
         records = context.instance.get_run_records(dg.RunsFilter(job_name=job.name, statuses=_PENDING), limit=1)
         if records:

@@ -49,6 +49,8 @@ attributes:
   # exclude: ["*/changelog/*"]
   max_pages: 100000
   discover_every: 1d
+  # A site without a sitemap: follow in-scope links this many hops from the seeds (0: off).
+  link_depth: 0
   # Recrawl cadence rules in cadence.yaml's format; unset: CADENCE_FILE (or the bundled one).
   # cadence:
   #   default: 7d
@@ -73,6 +75,9 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
     max_pages: int = Field(default=PARTITION_CEILING, description="The site's page cap.")
     shards: Optional[int] = Field(default=None, description="Partition sets; unset: one per 100,000 pages of the cap.")
     discover_every: str = Field(default="1d", description="How often its sitemaps are read.")
+    link_depth: int = Field(default=0, description=(
+        "Follow in-scope links of its pages this many hops from the sitemap and seed pages (for a "
+        "site without a sitemap); 0: off."))
     max_sitemap_files: int = Field(default=1_000, description="Sitemap files read at most per reading.")
     max_listed_urls: int = Field(default=2_000_000, description="URLs read at most per reading.")
     cadence: Optional[dict] = Field(default=None, description="Recrawl rules in cadence.yaml's form.")
@@ -94,7 +99,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
         return SiteSpec(
             name=name, sitemaps=tuple(self.sitemaps), seeds=tuple(self.seeds),
             robots_sitemaps=self.robots_sitemaps, include=tuple(self.include), exclude=tuple(self.exclude),
-            max_pages=self.max_pages, discover_every=every,
+            max_pages=self.max_pages, discover_every=every, link_depth=self.link_depth,
             shards=self.shards if self.shards is not None else SiteSpec.shards_for(self.max_pages),
             max_sitemap_files=self.max_sitemap_files, max_listed_urls=self.max_listed_urls,
         )

@@ -43,6 +43,7 @@ class SiteSpec:
     exclude: tuple[str, ...] = ()
     max_pages: int = PARTITION_CEILING
     discover_every: timedelta = timedelta(days=1)
+    link_depth: int = 0                   # follow in-scope links this many hops; 0: off
     shards: int = 1
     max_sitemap_files: int = 1_000
     max_listed_urls: int = 2_000_000
@@ -65,6 +66,8 @@ class SiteSpec:
             raise SiteError(f"site {self.name}: max_pages must be at least 1")
         if not 1 <= self.shards <= 1_000:
             raise SiteError(f"site {self.name}: shards must be between 1 and 1000")
+        if not 0 <= self.link_depth <= 20:
+            raise SiteError(f"site {self.name}: link_depth must be between 0 (off) and 20")
         if self.discover_every < timedelta(minutes=1):
             raise SiteError(f"site {self.name}: discover_every must be at least 1m")
         scope = self.include or tuple(f"{origin}{tail}" for origin in self.start_origins() for tail in ("", "/*"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -20,6 +20,7 @@ import httpx
 import psycopg
 
 from rag_pipeline.core.addresses import Network, host_refusal
+from rag_pipeline.core.links import links_in
 from rag_pipeline.core.robots import DISALLOW_ALL, Robots
 from rag_pipeline.core.sitemaps import MAX_UNCOMPRESSED_BYTES, Entry, SitemapError, SitemapParser
 from rag_pipeline.core.sites import SiteSpec
@@ -36,7 +37,7 @@ MAX_INDEX_DEPTH = 2
 # The figures a reading reports, in the order the UI plots them.
 FIGURES = ("files_read", "files_failed", "listed", "in_scope", "new", "gone", "lastmod_moved", "disallowed",
            "over_cap", "out_of_scope", "invalid", "refused_address", "over_file_limit", "adopted",
-           "claimed_by_other_site", "seeds_registered")
+           "claimed_by_other_site", "seeds_registered", "link_pages_read", "links_found", "new_from_links")
 
 
 @dataclass
@@ -190,8 +191,34 @@ class _Reader:
         return store.Listed(page_id(url), url, loc.strip(), lastmod, self.spec.shard(url), self.every_for(url))
 
     def flush(self) -> None:
-        store.stage(self.conn, self.reading.reading_id, self._batch)
+        with self.conn.transaction():
+            store.stage(self.conn, self.reading.reading_id, self._batch)
         self._batch = []
+
+    def follow_links(self, since) -> None:
+        """Link discovery: the in-scope links of the site's pages that changed since the previous
+        reading, one hop further each, within the depth limit and the page cap. The same filters
+        as a sitemap's URLs (address, scope, robots.txt)."""
+        found: dict[str, store.Listed] = {}
+
+        def register() -> None:
+            added, over = store.register_links(self.conn, self.spec.name, list(found.values()),
+                                               max_pages=self.spec.max_pages)
+            self.counts["new_from_links"] += added
+            self.counts["over_cap"] += over
+            found.clear()
+
+        for crawl_url, text, depth in store.link_sources(self.conn, self.spec.name, max_depth=self.spec.link_depth,
+                                                         since=since):
+            self.counts["link_pages_read"] += 1
+            for link in links_in(text, crawl_url):
+                listed = self.listed(link, None)
+                if listed is not None and listed.url not in found:
+                    self.counts["links_found"] += 1
+                    found[listed.url] = replace(listed, depth=depth + 1)
+            if len(found) >= STAGE_ROWS:
+                register()
+        register()
 
     def failed(self, url: str, reason: str) -> None:
         self.counts["files_failed"] += 1
@@ -209,17 +236,21 @@ def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
               run_id: str | None = None) -> ReadingResult:
     """Read `spec`'s robots.txt and sitemaps once and apply what they list. Never raises for what
     the site serves: each problem is a reason in the result (and on the reading's row)."""
+    previous = store.newest_reading(conn, spec.name)
     with conn.transaction():
         reading = store.begin_reading(conn, spec.name, run_id)
     reader = _Reader(conn, client, spec, robots_for, agent, every_for, allowed, deadline_s, reading)
-    with conn.transaction():     # staged rows are only visible to the apply once committed
-        reader.read()
-        reader.flush()
+    reader.read()
+    reader.flush()
     seeds = [row for row in (reader.listed(url, None) for url in spec.seeds) if row is not None]
     with conn.transaction():
         reader.counts["seeds_registered"] = store.register_seeds(conn, spec, seeds)
     complete = not reader.errors
     reader.counts.update(store.apply_reading(conn, reading, max_pages=spec.max_pages, complete=complete))
+    if spec.link_depth:
+        # Every page again when the previous reading failed: its links may never have been read.
+        since = previous.started_at if previous is not None and previous.complete else None
+        reader.follow_links(since)
     if reader.counts["over_cap"]:
         reader.problem(f"{reader.counts['over_cap']} new URL(s) over the site's page cap ({spec.max_pages}): "
                        "not registered")

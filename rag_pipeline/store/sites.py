@@ -24,6 +24,7 @@ class Listed:
     lastmod: datetime | None
     shard: int | None
     every: timedelta
+    depth: int | None = None    # link discovery: hops from a sitemap or seed page
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,16 @@ def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
     of rows, changed only when a declaration changes; `discover_every` applies from the next reading."""
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every)"
-            " VALUES (%s, %s, %s, %s, %s, %s)"
+            "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every, link_depth)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET shards = excluded.shards, scope = excluded.scope,"
-            "   exclude = excluded.exclude, max_pages = excluded.max_pages, discover_every = excluded.discover_every"
-            " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every)"
+            "   exclude = excluded.exclude, max_pages = excluded.max_pages, discover_every = excluded.discover_every,"
+            "   link_depth = excluded.link_depth"
+            " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every, sites.link_depth)"
             "   IS DISTINCT FROM (excluded.shards, excluded.scope, excluded.exclude, excluded.max_pages,"
-            "                     excluded.discover_every)",
-            [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every) for s in specs],
+            "                     excluded.discover_every, excluded.link_depth)",
+            [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every, s.link_depth)
+             for s in specs],
         )
 
 
@@ -178,6 +181,55 @@ def register_seeds(conn: psycopg.Connection, site: SiteSpec, rows: list[Listed])
         "   WHERE pages.site IS NULL",
         ([r.page_id for r in rows], [r.url for r in rows], [r.crawl_url for r in rows], [site.name] * len(rows),
          [r.shard for r in rows], [r.every for r in rows])).rowcount
+
+
+def link_sources(conn: psycopg.Connection, site: str, *, max_depth: int, since: datetime | None,
+                 batch: int = 500):
+    """(page URL as crawled, its stored text, its depth) of the site's live pages whose links are
+    still to follow: fewer than `max_depth` hops from a sitemap or seed page, changed since
+    `since` (the previous reading; None: every one). Read through a server-side cursor."""
+    with conn.transaction(), conn.cursor(name=f"link_sources_{site}") as cur:
+        cur.itersize = batch
+        cur.execute(
+            "SELECT coalesce(crawl_url, url), source_text, coalesce(link_depth, 0) FROM pages"
+            " WHERE site = %s AND source_text IS NOT NULL AND deleted_at IS NULL AND alias_of IS NULL"
+            "   AND coalesce(link_depth, 0) < %s AND (%s::timestamptz IS NULL OR last_changed_at >= %s)",
+            (site, max_depth, since, since))
+        yield from cur
+
+
+def links_pending(conn: psycopg.Connection, site: str, max_depth: int) -> bool:
+    """Whether a page that may lead further changed since the newest reading began: link
+    discovery then reads again without waiting for the site's cadence."""
+    return conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pages WHERE site = %s AND coalesce(link_depth, 0) < %s"
+        "   AND deleted_at IS NULL AND last_changed_at >= (SELECT started_at FROM site_readings"
+        "     WHERE site = %s AND finished_at IS NOT NULL ORDER BY reading_id DESC LIMIT 1))",
+        (site, max_depth, site)).fetchone()[0]
+
+
+def register_links(conn: psycopg.Connection, site: str, rows: list[Listed], *, max_pages: int) -> tuple[int, int]:
+    """Pages found by following links, due now, within the site's page cap (nearest hops first):
+    (registered, left over the cap). URLs already known are left as they are."""
+    if not rows:
+        return 0, 0
+    with conn.transaction():
+        held = conn.execute("SELECT count(*) FROM pages WHERE site = %s AND deleted_at IS NULL",
+                            (site,)).fetchone()[0]
+        unknown = conn.execute(
+            "SELECT count(*) FROM unnest(%s::uuid[]) AS u(id) WHERE NOT EXISTS"
+            " (SELECT 1 FROM pages p WHERE p.page_id = u.id)", ([r.page_id for r in rows],)).fetchone()[0]
+        added = conn.execute(
+            "INSERT INTO pages (page_id, url, crawl_url, site, shard, recrawl_every, link_depth, cadence_source,"
+            "   next_crawl_at, discovered_by)"
+            " SELECT u.*, 'default', now(), 'link' FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[],"
+            "   %s::smallint[], %s::interval[], %s::smallint[]) AS u(id, url, crawl_url, site, shard, every, depth)"
+            " WHERE NOT EXISTS (SELECT 1 FROM pages p WHERE p.page_id = u.id)"
+            " ORDER BY u.depth, u.url LIMIT %s ON CONFLICT DO NOTHING",
+            ([r.page_id for r in rows], [r.url for r in rows], [r.crawl_url for r in rows], [site] * len(rows),
+             [r.shard for r in rows], [r.every for r in rows], [r.depth for r in rows],
+             max(0, max_pages - held))).rowcount
+    return added, unknown - added
 
 
 def newest_reading(conn: psycopg.Connection, site: str) -> Reading | None:

@@ -220,3 +220,39 @@ def test_a_page_first_seen_outside_discovery_lands_in_the_site_that_scopes_it(co
                                                 "redirect"),
         "https://docs.example.com/old": ("docs", None, "redirect"),     # the alias, never indexed
     }
+
+
+def test_link_discovery_follows_in_scope_links_to_its_depth_limit(conn, site):
+    """A site with no sitemap: its seed's links become pages one hop at a time, within the scope,
+    robots.txt, the depth limit and the page cap."""
+    root = site.url("/")
+    spec = SiteSpec(name="docs", seeds=(root,), link_depth=2, max_pages=5)
+    https = site.base_url.replace("http://", "https://")
+    assert read(conn, spec).counts["seeds_registered"] == 1
+
+    def write(path: str, text: str) -> None:
+        conn.execute("UPDATE pages SET source_text = %s, last_changed_at = now() WHERE url = %s",
+                     (text, https + path if path != "/" else https))
+
+    def depths() -> dict[str, int | None]:
+        return dict(conn.execute("SELECT url, link_depth FROM pages WHERE url <> %s", (https,)).fetchall())
+
+    write("/", "[a](/a) [b](b) [away](https://elsewhere.example/x) [keep out](/private/p) [a again](/a#s)")
+    result = read(conn, spec)
+    assert (result.counts["links_found"], result.counts["new_from_links"]) == (2, 2)
+    assert (result.counts["disallowed"], result.counts["out_of_scope"]) == (1, 1)
+    assert depths() == {f"{https}/a": 1, f"{https}/b": 1}
+    by, due = conn.execute("SELECT discovered_by, next_crawl_at <= now() FROM pages WHERE url = %s",
+                           (f"{https}/a",)).fetchone()
+    assert (by, due) == ("link", True)
+
+    write("/a", "[c](/c)")                   # depth 1 leads to depth 2
+    assert read(conn, spec).counts["new_from_links"] == 1
+    write("/c", "[d](/d)")                   # depth 2 is the limit: its links are not followed
+    assert read(conn, spec).counts["link_pages_read"] == 0
+    assert set(depths()) == {f"{https}/a", f"{https}/b", f"{https}/c"}
+
+    write("/b", "[e](/e) [f](/f) [g](/g)")   # 4 pages held, a cap of 5: one more
+    result = read(conn, spec)
+    assert (result.counts["new_from_links"], result.counts["over_cap"]) == (1, 2)
+    assert len(depths()) == 4
