@@ -42,6 +42,9 @@ def reading_metadata(result: ReadingResult) -> dict:
     metadata["complete"] = result.complete
     metadata["reading_id"] = result.reading_id
     metadata["problems"] = dg.MetadataValue.md("\n".join(f"- {e}" for e in result.errors) or "none")
+    for change, urls in result.examples.items():
+        if urls:   # which pages: new ones registered, and those gone from the sitemaps (now unlisted)
+            metadata[f"{change}_urls"] = dg.MetadataValue.md("\n".join(f"- {u}" for u in urls))
     return metadata
 
 

@@ -37,7 +37,8 @@ MAX_INDEX_DEPTH = 2
 # The figures a reading reports, in the order the UI plots them.
 FIGURES = ("files_read", "files_failed", "listed", "in_scope", "new", "gone", "lastmod_moved", "disallowed",
            "over_cap", "out_of_scope", "invalid", "refused_address", "over_file_limit", "adopted",
-           "claimed_by_other_site", "seeds_registered", "link_pages_read", "links_found", "new_from_links")
+           "claimed_by_other_site", "seeds_registered", "link_pages_read", "links_found", "new_from_links",
+           "unlisted_total")
 
 
 @dataclass
@@ -46,6 +47,7 @@ class ReadingResult:
     complete: bool
     counts: Counter = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
+    examples: dict[str, list[str]] = field(default_factory=dict)   # a few URLs of each change
 
     @property
     def summary(self) -> str:
@@ -246,7 +248,8 @@ def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
     with conn.transaction():
         reader.counts["seeds_registered"] = store.register_seeds(conn, spec, seeds)
     complete = not reader.errors
-    reader.counts.update(store.apply_reading(conn, reading, max_pages=spec.max_pages, complete=complete))
+    counts, examples = store.apply_reading(conn, reading, max_pages=spec.max_pages, complete=complete)
+    reader.counts.update(counts)
     if spec.link_depth:
         # Every page again when the previous reading failed: its links may never have been read.
         since = previous.started_at if previous is not None and previous.complete else None
@@ -256,4 +259,4 @@ def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
                        "not registered")
     store.finish_reading(conn, reading, complete=complete, counts=dict(reader.counts), errors=reader.errors,
                          next_in=spec.discover_every)
-    return ReadingResult(reading.reading_id, complete, reader.counts, reader.errors)
+    return ReadingResult(reading.reading_id, complete, reader.counts, reader.errors, examples)

@@ -93,7 +93,12 @@ def stage(conn: psycopg.Connection, reading_id: int, rows: list[Listed]) -> None
             copy.write_row((reading_id, r.page_id, r.url, r.crawl_url, r.lastmod, r.shard, r.every))
 
 
-def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int, complete: bool) -> dict[str, int]:
+# URLs a reading names of each change (new, gone), for the UI: the counts say how many in all.
+SHOWN_URLS = 20
+
+
+def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
+                  complete: bool) -> tuple[dict[str, int], dict[str, list[str]]]:
     """Turn a staged reading into page changes, in one transaction:
 
     - new in-scope URLs become pages of the site, due now (pushed by recrawl_sensor at the
@@ -106,6 +111,7 @@ def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
     """
     site, rid = reading.site, reading.reading_id
     counts: dict[str, int] = {}
+    examples: dict[str, list[str]] = {}
     with conn.transaction():
         conn.execute(
             "CREATE TEMP TABLE listed ON COMMIT DROP AS"
@@ -126,11 +132,13 @@ def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
             "   AND (p.sitemap_lastmod IS NULL OR l.lastmod > p.sitemap_lastmod)", (site,)).rowcount
         # Gone: listed before, not in this (complete) reading. Before the stamp below, which
         # would otherwise re-list what it touches.
-        counts["gone"] = conn.execute(
+        gone = conn.execute(
             "UPDATE pages p SET unlisted_at = now(), next_crawl_at = least(p.next_crawl_at, now())"
             " WHERE p.site = %s AND p.listed_at IS NOT NULL AND p.unlisted_at IS NULL AND p.deleted_at IS NULL"
-            "   AND p.alias_of IS NULL AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.page_id = p.page_id)",
-            (site,)).rowcount if complete else 0
+            "   AND p.alias_of IS NULL AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.page_id = p.page_id)"
+            " RETURNING p.url", (site,)).fetchall() if complete else []
+        counts["gone"] = len(gone)
+        examples["gone"] = sorted(url for url, in gone)[:SHOWN_URLS]
         # Only rows whose listing changed are written: a reading of an unchanged site rewrites none.
         counts["listing_updated"] = conn.execute(
             "UPDATE pages p SET listed_at = CASE WHEN p.listed_at IS NULL OR p.unlisted_at IS NOT NULL"
@@ -144,15 +152,20 @@ def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
             "SELECT count(*) FROM listed l WHERE NOT EXISTS (SELECT 1 FROM pages p WHERE p.page_id = l.page_id)"
         ).fetchone()[0]
         room = max(0, max_pages - held)
-        counts["new"] = conn.execute(
+        new = conn.execute(
             "INSERT INTO pages (page_id, url, crawl_url, site, shard, recrawl_every, cadence_source,"
             "   next_crawl_at, discovered_by, listed_at, sitemap_lastmod)"
             " SELECT l.page_id, l.url, l.crawl_url, %s, l.shard, l.every, 'default', now(), 'sitemap', now(), l.lastmod"
             " FROM listed l WHERE NOT EXISTS (SELECT 1 FROM pages p WHERE p.page_id = l.page_id)"
-            " ORDER BY l.url LIMIT %s ON CONFLICT DO NOTHING", (site, room)).rowcount
+            " ORDER BY l.url LIMIT %s ON CONFLICT DO NOTHING RETURNING url", (site, room)).fetchall()
+        counts["new"] = len(new)
+        examples["new"] = [url for url, in new[:SHOWN_URLS]]
         counts["over_cap"] = unknown - counts["new"]
+        counts["unlisted_total"] = conn.execute(
+            "SELECT count(*) FROM pages WHERE site = %s AND unlisted_at IS NOT NULL AND deleted_at IS NULL",
+            (site,)).fetchone()[0]
         conn.execute("DELETE FROM site_listing WHERE reading_id = %s", (rid,))
-    return counts
+    return counts, examples
 
 
 def finish_reading(conn: psycopg.Connection, reading: Reading, *, complete: bool, counts: dict,
