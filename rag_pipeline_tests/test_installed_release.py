@@ -105,13 +105,16 @@ def test_a_wheel_built_again_carries_only_the_migrations_there_are_now(tmp_path)
 
 def test_an_installed_release_loads_its_code_location_away_from_any_checkout(installed, tmp_path):
     _, site = installed
-    done = _run([sys.executable, "-c", PROBE], cwd=tmp_path, env=_release_env(site, RAG_HOME=str(tmp_path / "home")))
+    done = _run([sys.executable, "-c", PROBE], cwd=tmp_path, env=_release_env(
+        site, RAG_HOME=str(tmp_path / "home"), SAMPLE_SITE_URL="http://127.0.0.1:8900"))
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(found["package"]).is_relative_to(site), found["package"]
     assert Path(found["migrations"]) == site / "rag_pipeline" / "migrations"
     assert found["versions"] == [m.version for m in db.migrations(CHECKOUT / "sql")]
     assert {"index_batch", "index_page", "rechunk", "push", "prune"} <= set(found["jobs"])
     assert "delivery_sensor" in found["sensors"]
+    # The sites declared in YAML under defs/ ship with it (the sample site, switched on here).
+    assert {"sample_discovery", "sample_discovery_sensor"} <= set(found["jobs"]) | set(found["sensors"])
 
 
 def test_an_installed_release_migrates_a_new_database(installed, tmp_path, pg_server_url):
