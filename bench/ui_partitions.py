@@ -504,7 +504,7 @@ def measure_layout(admin_url: str, pages: int, shards: int, warm: int, batch: in
                 result[what] = {"cold_s": cold_s, "warm_s": warm_s, "bytes": cold_bytes,
                                 "warm_all": [round(s, 2) for s, _ in warm_runs], "load_s": load_s}
                 say(f"  {what:8s} {op}: cold {cold_s:7.2f} s, warm median {warm_s:7.2f} s "
-                    f"({', '.join(f'{s:.2f}' for s, _ in warm_runs)}), {cold_bytes / 1e6:8.2f} MB "
+                    f"({', '.join(f'{s:.2f}' for s, _ in warm_runs)}), {cold_bytes / 1e3:10,.1f} KB "
                     f"(location loaded in {load_s:.1f} s)")
         finally:
             instance.dispose()
@@ -533,13 +533,13 @@ def main() -> int:
         sharded = measure_layout(admin_url, args.pages, args.shards, args.warm, args.batch, say)
 
     print()
-    print(f"{'':34s} {'cold s':>8s} {'warm s':>8s} {'MB':>8s}")
+    print(f"{'':34s} {'cold s':>8s} {'warm s':>8s} {'KB':>10s}")
     for r in (unsharded, sharded):
         for what in ("lineage", "group", "stale", "health"):
             if what in r:
                 m = r[what]
-                print(f"{r['label'] + ' ' + what:34s} {m['cold_s']:8.2f} {m['warm_s']:8.2f} {m['bytes'] / 1e6:8.2f}")
-        print(f"{r['label'] + ' database MB':34s} {r['db_bytes'] / 1e6:26,.0f}  (fill {r['fill_s']:.0f} s)")
+                print(f"{r['label'] + ' ' + what:34s} {m['cold_s']:8.2f} {m['warm_s']:8.2f} {m['bytes'] / 1e3:10,.1f}")
+        print(f"{r['label'] + ' database MB':34s} {r['db_bytes'] / 1e6:28,.0f}  (fill {r['fill_s']:.0f} s)")
     if unsharded["health"]["warm_s"] > 0 and sharded["health"]["warm_s"] > 0:
         print(f"ratio unsharded/sharded, warm: lineage {unsharded['lineage']['warm_s'] / sharded['lineage']['warm_s']:.1f}x, "
               f"health {unsharded['health']['warm_s'] / sharded['health']['warm_s']:.1f}x")

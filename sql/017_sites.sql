@@ -9,6 +9,8 @@ CREATE TABLE sites (
     max_pages          integer NOT NULL,
     discover_every     interval NOT NULL,
     link_depth         smallint NOT NULL DEFAULT 0,         -- link discovery: hops followed (0: off)
+    boilerplate        jsonb NOT NULL DEFAULT '[]',         -- the site's own rules, added to the deployment's
+    crawler            text,                                -- local or crawlbase; NULL: CRAWLER
     declared_at        timestamptz NOT NULL DEFAULT now(),   -- first seen by the discovery sensor
     next_discovery_at  timestamptz                          -- NULL: read at once
 );

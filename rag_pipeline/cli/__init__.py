@@ -664,7 +664,7 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
     (else cadence.yaml's default for its pattern)."""
     from rag_pipeline.crawl.cadence import CadenceError, load_rules, parse_seeds
     from rag_pipeline.crawl.factory import make_crawler
-    from rag_pipeline.crawl.pushing import push_targets, register_seeds
+    from rag_pipeline.crawl.pushing import push_by_site, register_seeds
     from rag_pipeline.store import db
 
     settings = get_settings()
@@ -681,24 +681,33 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
         click.echo(f"registered {len(seeds)} page(s){aliases}")
         if no_push or not targets:
             return
+        crawlers: dict = {}
+
+        def crawler_for(kind):   # a site may ask for its own crawler; None: CRAWLER
+            if kind not in crawlers:
+                try:
+                    crawlers[kind] = make_crawler(settings if kind is None
+                                                  else settings.model_copy(update={"crawler": kind}))
+                except ValueError as exc:
+                    raise CliError(str(exc)) from exc
+            return crawlers[kind]
+
         try:
-            crawler = make_crawler(settings)
-        except ValueError as exc:
-            raise CliError(str(exc)) from exc
-        try:
-            with _progress(f"pushed to {crawler.name}", len(targets), every=max(1, len(targets) // 10)) as advance:
+            name = crawler_for(None).name
+            with _progress(f"pushed to {name}", len(targets), every=max(1, len(targets) // 10)) as advance:
                 done = [0]
 
                 def pushed(n: int) -> None:
                     done[0] += n
                     advance(done[0])
 
-                report = push_targets(conn, crawler, targets, reason="seed",
+                report = push_by_site(conn, crawler_for, targets, reason="seed",
                                       concurrency=settings.crawler_push_concurrency,
                                       tombstone_recheck=rules.tombstone_recheck, drain_timeout_s=wait_s,
                                       progress=pushed)
         finally:
-            crawler.close()
+            for crawler in crawlers.values():
+                crawler.close()
     click.echo(f"pushed {report.pushed}, failed {report.failed}")
     for error in report.errors[:20]:
         click.echo(f"  failed: {error}", err=True)

@@ -81,6 +81,9 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
     max_sitemap_files: int = Field(default=1_000, description="Sitemap files read at most per reading.")
     max_listed_urls: int = Field(default=2_000_000, description="URLs read at most per reading.")
     cadence: Optional[dict] = Field(default=None, description="Recrawl rules in cadence.yaml's form.")
+    boilerplate: list[dict] = Field(default_factory=list, description=(
+        "Boilerplate rules in boilerplate.yaml's form for this site's pages, added to BOILERPLATE_RULES."))
+    crawler: Optional[str] = Field(default=None, description="local or crawlbase; unset: CRAWLER.")
     _folder: Optional[str] = PrivateAttr(default=None)
 
     @classmethod
@@ -100,6 +103,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
             name=name, sitemaps=tuple(self.sitemaps), seeds=tuple(self.seeds),
             robots_sitemaps=self.robots_sitemaps, include=tuple(self.include), exclude=tuple(self.exclude),
             max_pages=self.max_pages, discover_every=every, link_depth=self.link_depth,
+            boilerplate=tuple(self.boilerplate), crawler=self.crawler,
             shards=self.shards if self.shards is not None else SiteSpec.shards_for(self.max_pages),
             max_sitemap_files=self.max_sitemap_files, max_listed_urls=self.max_listed_urls,
         )

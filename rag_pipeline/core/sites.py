@@ -9,6 +9,7 @@ database), which keeps the asset keys `pages`, `chunks`, `embeddings` and the pa
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class SiteSpec:
     max_pages: int = PARTITION_CEILING
     discover_every: timedelta = timedelta(days=1)
     link_depth: int = 0                   # follow in-scope links this many hops; 0: off
+    boilerplate: tuple = ()               # rule mappings in boilerplate.yaml's form, for this site's pages
+    crawler: str | None = None            # "local" or "crawlbase"; None: the deployment's CRAWLER
     shards: int = 1
     max_sitemap_files: int = 1_000
     max_listed_urls: int = 2_000_000
@@ -66,6 +69,12 @@ class SiteSpec:
             raise SiteError(f"site {self.name}: max_pages must be at least 1")
         if not 1 <= self.shards <= 1_000:
             raise SiteError(f"site {self.name}: shards must be between 1 and 1000")
+        if self.crawler not in (None, "local", "crawlbase"):
+            raise SiteError(f"site {self.name}: crawler must be local or crawlbase, not {self.crawler!r}")
+        try:
+            site_boilerplate(self.boilerplate)
+        except ValueError as exc:
+            raise SiteError(f"site {self.name}: boilerplate: {exc}") from None
         if not 0 <= self.link_depth <= 20:
             raise SiteError(f"site {self.name}: link_depth must be between 0 (off) and 20")
         if self.discover_every < timedelta(minutes=1):
@@ -110,6 +119,13 @@ class SiteSpec:
 
     def asset_prefix(self, shard: int | None) -> list[str]:
         return asset_prefix(self.name, shard)
+
+
+def site_boilerplate(rules) -> list:
+    """A site's own boilerplate rules (mappings in boilerplate.yaml's form) as rules."""
+    from rag_pipeline.core.text import parse_boilerplate_rules
+
+    return parse_boilerplate_rules(json.dumps(list(rules))) if rules else []
 
 
 def shard_of(page_url: str, shards: int) -> int:

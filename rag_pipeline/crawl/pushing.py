@@ -30,6 +30,14 @@ class PushReport:
     rids: dict[str, str] = field(default_factory=dict)      # page URL → rid
     undelivered_local: int = 0                              # local crawler: still fetching at the end
 
+    def add(self, other: "PushReport") -> None:
+        self.pushed += other.pushed
+        self.failed += other.failed
+        self.attempts += other.attempts
+        self.errors += other.errors
+        self.rids.update(other.rids)
+        self.undelivered_local += other.undelivered_local
+
     def as_metadata(self) -> dict:
         return {"pushed": self.pushed, "failed": self.failed, "attempts": self.attempts,
                 "errors": "\n".join(self.errors[:20]), "still_fetching": self.undelivered_local}
@@ -75,6 +83,20 @@ def push_targets(conn: psycopg.Connection, crawler: Crawler, targets: list[sched
     report.rids = {by_id[o.push_id].page_url: o.rid for o in outcomes if o.rid}
     report.undelivered_local = crawler.drain(drain_timeout_s)
     fail_undelivered(conn, crawler, report, {t.page_url: t.crawl_url for t in targets})
+    return report
+
+
+def push_by_site(conn: psycopg.Connection, crawler_for: Callable[[str | None], Crawler],
+                 targets: list[schedule.Target], **options) -> PushReport:
+    """`push_targets`, each page through the crawler its site asks for (`crawler_for(None)`: the
+    deployment's CRAWLER), one group a crawler; one report for all."""
+    kinds = sites.crawlers(conn, [t.page_url for t in targets]) if targets else {}
+    groups: dict[str | None, list[schedule.Target]] = {}
+    for target in targets:
+        groups.setdefault(kinds.get(target.page_url), []).append(target)
+    report = PushReport()
+    for kind, group in sorted(groups.items(), key=lambda item: item[0] or ""):
+        report.add(push_targets(conn, crawler_for(kind), group, **options))
     return report
 
 

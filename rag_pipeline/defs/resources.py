@@ -176,6 +176,15 @@ class CrawlerResource(_OwnsClients):
 
         return self._client(("crawler",), lambda: make_crawler(self.settings()))
 
+    def for_kind(self, kind: Optional[str]) -> Crawler:
+        """The crawler a site asks for (local or crawlbase); None: the configured one (`get`)."""
+        from rag_pipeline.crawl.factory import make_crawler
+
+        if kind is None:
+            return self.get()
+        return self._client(("crawler", kind),
+                            lambda: make_crawler(self.settings().model_copy(update={"crawler": kind})))
+
 
 def _from_environment(name: str) -> Optional[dg.EnvVar]:
     """The variable as a `dg.EnvVar` when it is set (else the settings' .env files or defaults)."""

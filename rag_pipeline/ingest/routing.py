@@ -18,7 +18,7 @@ import psycopg
 from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.core.batching import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
-from rag_pipeline.core.sites import locate
+from rag_pipeline.core.sites import locate, site_boilerplate
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
@@ -73,13 +73,14 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
     rules = rules if rules is not None else configured_boilerplate_rules()
     allowed = allowed_networks if allowed_networks is not None else load_settings().allowed_networks()
     scopes = sites.declared_scopes(conn)   # where a page first seen here belongs
+    rules_of = _site_rules(conn, rules)     # a site's own boilerplate rules, added to the deployment's
     while result.routed < limit:
         with conn.transaction():
             claimed = deliveries.claim_unrouted(conn, min(chunk, limit - result.routed))
             for delivery in claimed:
                 try:
                     with conn.transaction():
-                        outcome = _route_one(conn, delivery, rules, max_page_bytes, result, allowed, scopes)
+                        outcome = _route_one(conn, delivery, rules_of, max_page_bytes, result, allowed, scopes)
                 except (BodyError, InvalidURL) as exc:
                     # A stored body the receiver accepted should decode; if not, say so and move on.
                     outcome = "failed"
@@ -122,7 +123,18 @@ def data_error_reason(exc: psycopg.DataError) -> str:
             "not retried: a retry would fail the same way")
 
 
-def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, allowed, scopes) -> str:
+def _site_rules(conn, rules: list[BoilerplateRule]):
+    """site → the rules its pages are normalized with: the deployment's, then the site's own."""
+    own: dict[str, list[BoilerplateRule]] = {}
+    for name, declared in sites.boilerplate(conn).items():
+        try:
+            own[name] = site_boilerplate(declared)
+        except ValueError as exc:   # validated when declared; a row from another release may not parse
+            log.warning("site %s: its boilerplate rules are ignored: %s", name, exc)
+    return lambda site: rules + own[site] if site in own else rules
+
+
+def _route_one(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, allowed, scopes) -> str:
     page_url = normalize_url(delivery.url)
     # The network guard's rule, on what was delivered: an internal address is never indexed.
     refused = host_refusal(urlsplit(delivery.url).hostname or "", allowed)
@@ -154,8 +166,8 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, all
         )
         return "skipped"
 
+    site, shard = (page.site, None) if page is not None else locate(page_url, scopes)
     if page is None:   # first seen here: placed in the declared site whose scope holds it, if any
-        site, shard = locate(page_url, scopes)
         pushed = delivery.pushed_url or pushed_url
         pages.ensure(conn, pid, page_url, delivery.url, site=site, shard=shard,
                      discovered_by="redirect" if pushed and pushed != delivery.url else "delivery")
@@ -171,7 +183,7 @@ def _route_one(conn, delivery, rules, max_page_bytes, result: RoutingResult, all
         return "deleted"
 
     decoded = decode_stored(delivery.body, delivery.body_encoding, max_page_bytes)
-    text = normalize_markdown(decoded.text, rules, url=page_url)
+    text = normalize_markdown(decoded.text, rules_of(site), url=page_url)
     digest = content_hash(text)
     if (
         page is not None

@@ -29,12 +29,13 @@ class Page:
     deleted_at: datetime | None
     chunker_version: str | None
     newest_crawl_at: datetime | None = None   # of the newest delivery routed for the page
+    site: str | None = None                   # its declared site; None: the catch-all
 
 
 _COLUMNS = (
     "page_id, url, source_text, source_hash, source_delivery_id, indexed_hash, applied_delivery_id,"
     " original_status, first_seen_at, last_crawled_at, last_verified_at, last_changed_at,"
-    " deleted_at, chunker_version, newest_crawl_at"
+    " deleted_at, chunker_version, newest_crawl_at, site"
 )
 
 

@@ -43,16 +43,17 @@ def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
     of rows, changed only when a declaration changes; `discover_every` applies from the next reading."""
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every, link_depth)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every, link_depth, boilerplate,"
+            "   crawler) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET shards = excluded.shards, scope = excluded.scope,"
             "   exclude = excluded.exclude, max_pages = excluded.max_pages, discover_every = excluded.discover_every,"
-            "   link_depth = excluded.link_depth"
-            " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every, sites.link_depth)"
+            "   link_depth = excluded.link_depth, boilerplate = excluded.boilerplate, crawler = excluded.crawler"
+            " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every, sites.link_depth,"
+            "        sites.boilerplate, sites.crawler)"
             "   IS DISTINCT FROM (excluded.shards, excluded.scope, excluded.exclude, excluded.max_pages,"
-            "                     excluded.discover_every, excluded.link_depth)",
-            [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every, s.link_depth)
-             for s in specs],
+            "                     excluded.discover_every, excluded.link_depth, excluded.boilerplate, excluded.crawler)",
+            [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every, s.link_depth,
+              Jsonb(list(s.boilerplate)), s.crawler) for s in specs],
         )
 
 
@@ -60,6 +61,20 @@ def declared_scopes(conn: psycopg.Connection) -> list[SiteScope]:
     """Every declared site's scope, for placing a page first seen outside discovery."""
     return [SiteScope(name, tuple(scope), tuple(exclude), shards) for name, scope, exclude, shards in
             conn.execute("SELECT name, scope, exclude, shards FROM sites ORDER BY name").fetchall()]
+
+
+def boilerplate(conn: psycopg.Connection) -> dict[str, list]:
+    """Each declared site's own boilerplate rules (only sites that have some)."""
+    return {name: rules for name, rules in
+            conn.execute("SELECT name, boilerplate FROM sites WHERE boilerplate <> '[]'::jsonb").fetchall()}
+
+
+def crawlers(conn: psycopg.Connection, page_urls: list[str]) -> dict[str, str | None]:
+    """The crawler each page's site asks for (None: the deployment's CRAWLER), one query."""
+    found = dict(conn.execute(
+        "SELECT p.url, s.crawler FROM pages p JOIN sites s ON s.name = p.site WHERE p.url = ANY(%s)",
+        (page_urls,)).fetchall())
+    return {url: found.get(url) for url in page_urls}
 
 
 def due(conn: psycopg.Connection, names: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ import dagster as dg
 
 from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
-from rag_pipeline.crawl.pushing import push_targets, register_seeds
+from rag_pipeline.crawl.pushing import push_by_site, register_seeds
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import schedule
 
@@ -40,8 +40,8 @@ def _push(context, postgres: PostgresResource, crawler: CrawlerResource, setting
     current = settings.get()
     rules = load_rules(current.cadence_file)
     with postgres.connect() as conn:
-        report = push_targets(
-            conn, crawler.get(), targets, reason=reason, run_id=context.run_id,
+        report = push_by_site(
+            conn, crawler.for_kind, targets, reason=reason, run_id=context.run_id,
             concurrency=current.crawler_push_concurrency, tombstone_recheck=rules.tombstone_recheck,
         )
     context.log.info(f"pushed {report.pushed}, failed {report.failed} ({reason})")
