@@ -117,6 +117,8 @@ class CitationOut(BaseModel):
 
 class SearchResponse(BaseModel):
     question: str
+    # `hnsw`, or `exact (…)` while the HNSW index makes way for a bulk load: exact, only slower.
+    vector_scan: str
     results: list[CitationOut]
 
 
@@ -271,9 +273,12 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         """The top-k passages of live pages for the question, best first, with their freshness."""
         from rag_pipeline.query.retrieval import retrieve
 
-        hits = served(lambda conn: retrieve(conn, settings, body.question, body.k, per_page=body.per_page,
-                                            filters=body.filters, embedder_for=embedders, mode=body.mode))
-        return {"question": body.question, "results": [h.as_dict() for h in hits]}
+        from rag_pipeline.store.spaces import search_scan
+
+        hits, scan = served(lambda conn: (
+            retrieve(conn, settings, body.question, body.k, per_page=body.per_page, filters=body.filters,
+                     embedder_for=embedders, mode=body.mode), search_scan(conn)))
+        return {"question": body.question, "vector_scan": scan, "results": [h.as_dict() for h in hits]}
 
     @app.post("/ask", responses={**errors, 502: {"model": ErrorResponse}})
     def ask(body: AskRequest) -> dict:

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     # PostgreSQL's maintenance_work_mem while `space build` makes a space's HNSW index: an index
     # that fits builds several times faster (a 1M-vector 384-dim graph needs ~2 GB).
     space_build_memory: str = Field(default="256MB", alias="SPACE_BUILD_MEMORY", pattern=r"^[0-9]+\s*(kB|MB|GB)$")
+    # Bulk loads (core/bulk_load.py): the active space's HNSW index is dropped while the vectors
+    # waiting to be written are at least HNSW_DEFER_RATIO of those indexed and HNSW_DEFER_FLOOR,
+    # and built again (concurrently, SPACE_BUILD_MEMORY, HNSW_BUILD_WORKERS) once the backlog drained.
+    hnsw_defer_ratio: float = Field(default=0.5, alias="HNSW_DEFER_RATIO", gt=0)
+    hnsw_defer_floor: int = Field(default=5_000, alias="HNSW_DEFER_FLOOR", ge=1)
+    hnsw_build_workers: int = Field(default=1, alias="HNSW_BUILD_WORKERS", ge=0, le=16)
     # Recovery (the reconciler on every delivery_sensor tick): a batch run's worker beats this often;
     # silent this long, it is gone (killed, its machine down) and its pages go into a new batch.
     batch_heartbeat_s: float = Field(default=10.0, alias="BATCH_HEARTBEAT_S", gt=0)

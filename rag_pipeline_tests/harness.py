@@ -74,7 +74,8 @@ class Pipeline:
         runs = []
         if execute:
             for request in result.run_requests or []:
-                outcome = self.job.execute_in_process(
+                job = self.defs.resolve_job_def(request.job_name) if request.job_name else self.job
+                outcome = job.execute_in_process(
                     run_config=request.run_config, instance=self.instance, tags=request.tags,
                     raise_on_error=False,
                 )

@@ -240,7 +240,7 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
            changed_since: str | None, sites: tuple[str, ...], as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
-    from rag_pipeline.store import db
+    from rag_pipeline.store import db, spaces
 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
@@ -251,9 +251,13 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
             hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
         except RetrievalError as exc:
             raise CliError(str(exc)) from exc
+        scan = spaces.search_scan(conn)
     if as_json:
-        click.echo(json.dumps({"question": question, "results": [h.as_dict() for h in hits]}, indent=2))
+        click.echo(json.dumps({"question": question, "vector_scan": scan, "results": [h.as_dict() for h in hits]},
+                              indent=2))
         return
+    if scan.startswith("exact"):
+        click.echo(f"(search is {scan}: exact results, slower)", err=True)
     if not hits:
         click.echo("no results")
     for n, hit in enumerate(hits, 1):
@@ -302,7 +306,7 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
 def status(as_json: bool) -> None:
     """Pages by state, the delivery queue, the last hour, overdue pages, what embedding cost and
     saved, and the checks that fail (their newest evaluation in the Dagster instance)."""
-    from rag_pipeline.store import db, deliveries, pages, schedule
+    from rag_pipeline.store import db, deliveries, pages, schedule, spaces
     from rag_pipeline.store import sites as sites_store
     from rag_pipeline.store import status as status_store
 
@@ -319,6 +323,7 @@ def status(as_json: bool) -> None:
             "embedding": status_store.ledger_totals(conn),
             "overdue": {"pages": overdue, "examples": examples},
             "sites": sites_store.overview(conn),
+            "vector_scan": spaces.search_scan(conn),
         }
     settings = get_settings()
     report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
@@ -398,7 +403,8 @@ def _print_status(report: dict) -> None:
         console.print(t)
 
     pages, queue = report["pages"], report["queue"]
-    table("pages", [*pages.items(), ("chunks", report["chunks"]), ("overdue for a recrawl", report["overdue"]["pages"])])
+    table("pages", [*pages.items(), ("chunks", report["chunks"]), ("overdue for a recrawl", report["overdue"]["pages"]),
+                    ("search", report["vector_scan"])])
     table("queue", [("unrouted", queue["unrouted"]), ("queued for a run", queue["queued"]),
                     ("failed, retrying", queue["failed_retrying"]), ("failed, not retried", queue["failed_for_good"]),
                     ("oldest waiting", "-" if queue["oldest_waiting_minutes"] is None

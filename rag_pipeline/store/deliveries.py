@@ -175,6 +175,12 @@ def queued_work(conn: psycopg.Connection, limit: int) -> list[WorkItem]:
     return [WorkItem(*row) for row in rows]
 
 
+def queued_chars(conn: psycopg.Connection) -> int:
+    """The size of the text waiting to be indexed (an index-only scan of deliveries_queued_work)."""
+    return int(conn.execute("SELECT coalesce(sum(text_chars), 0) FROM deliveries WHERE outcome = 'queued'")
+               .fetchone()[0])
+
+
 def attempts_of(conn: psycopg.Connection, delivery_id: int) -> int:
     row = conn.execute("SELECT attempts FROM deliveries WHERE id = %s", (delivery_id,)).fetchone()
     return row[0] if row else 0

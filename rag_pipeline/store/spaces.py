@@ -167,7 +167,39 @@ def index_state(conn: psycopg.Connection, space: Space) -> str:
     return "missing" if row is None else ("valid" if row[0] else "invalid")
 
 
-def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str) -> None:
+def search_scan(conn: psycopg.Connection) -> str:
+    """How search reads the active space now, for `search --json`, `status` and the UI: `hnsw`, or
+    `exact` while its index makes way for a bulk load or is being built again."""
+    space = active(conn)
+    if space is None:
+        return "none"
+    return {"valid": "hnsw", "missing": "exact (HNSW index dropped for a bulk load)",
+            "invalid": "exact (HNSW index being built)"}[index_state(conn, space)]
+
+
+def indexed_rows(conn: psycopg.Connection, space: Space) -> int:
+    """About how many vectors the space's table holds (the planner's estimate: no scan; an index
+    build or ANALYZE keeps it current)."""
+    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
+                       (f"space_vectors_{space.space_id}",)).fetchone()
+    return max(0, int(row[0])) if row and row[0] is not None else 0
+
+
+def drop_index(conn: psycopg.Connection, space: Space) -> None:
+    """Make way for a bulk load: rows go in without the per-row HNSW cost, and search scans the
+    table exactly meanwhile. CONCURRENTLY: page switches in flight are waited for, never blocked."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
+    was = conn.autocommit
+    conn.autocommit = True
+    try:
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
+    finally:
+        conn.autocommit = was
+
+
+def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str,
+                             parallel_workers: int | None = None) -> None:
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
     writing the table meanwhile (CONCURRENTLY takes no lock that blocks them)."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -178,7 +210,10 @@ def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance
         if index_state(conn, space) == "invalid":
             conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
         conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+        if parallel_workers is not None:
+            conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
         conn.execute(_index_sql(space, concurrently=True))
         conn.execute("RESET maintenance_work_mem")
+        conn.execute("RESET max_parallel_maintenance_workers")
     finally:
         conn.autocommit = was

@@ -63,7 +63,7 @@ def request_batches(conn, work: list[WorkItem], settings, *, rechunk: bool = Fal
         items = [i for i in batch if i.page_url in leased]
         if items:
             requests.append(dg.RunRequest(
-                run_key=f"{'rechunk' if rechunk else 'batch'}-{key}",
+                job_name="index_batch", run_key=f"{'rechunk' if rechunk else 'batch'}-{key}",
                 run_config=batch_run_config(key, items, rechunk=rechunk),
                 tags={BATCH_TAG: key, PAGES_TAG: str(len(items)), **(tags or {})}))
     return requests

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import cadence, index_view, schedule
+from rag_pipeline.store import cadence, index_view, schedule, spaces
 
 INDEX = dg.AssetKey("index")
 
@@ -41,6 +41,8 @@ def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> 
         "cost_usd": round(figures["tokens_embedded"] / 1e6 * price, 6),
         "saved_usd": round(avoided / 1e6 * price, 6),
         "price_per_mtok_usd": price,
+        # `hnsw`, or `exact (…)` while the index makes way for a bulk load: the UI says which.
+        "vector_scan": spaces.search_scan(conn),
     }
     return dg.AssetMaterialization(asset_key=INDEX, metadata=metadata,
                                    description=f"the index at {now.astimezone(UTC).isoformat(timespec='seconds')}")

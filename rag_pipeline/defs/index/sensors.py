@@ -7,6 +7,7 @@ import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch import index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.bulk_index import index_upkeep, space_index
 from rag_pipeline.defs.index.events import write_runless
 from rag_pipeline.defs.index.index_view import snapshot_event
 from rag_pipeline.defs.index.metadata import crawl_events
@@ -30,7 +31,7 @@ ROUTE_BUDGET_S = 25.0
 
 
 @dg.sensor(
-    job=index_batch,
+    jobs=[index_batch, space_index],
     minimum_interval_seconds=DELIVERY_TICK_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
@@ -38,7 +39,8 @@ ROUTE_BUDGET_S = 25.0
         "tombstoned, crawler failures skipped; the new or changed pages go into batch runs "
         "(BATCH_MAX_PAGES and BATCH_MAX_TOKENS each), every page on its own partition. Each tick "
         "first reconciles: a batch whose run ended unfinished, was never launched, or whose "
-        "worker stopped beating gives its pages back to a new batch."
+        "worker stopped beating gives its pages back to a new batch. Around a bulk load it drops "
+        "the active space's HNSW index and requests its rebuild (`space_index`) once drained."
     ),
 )
 def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
@@ -62,6 +64,9 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         work = deliveries.queued_work(conn, current.sensor_batch_size)
         conn.commit()
         requests = request_batches(conn, work, current)
+        # Around a bulk load: the HNSW index makes way while a large backlog is written.
+        rebuild, upkeep = index_upkeep(context.instance, conn, current)
+        conn.commit()
         since = (datetime.fromtimestamp(last, UTC) if last is not None
                  else now - timedelta(seconds=current.index_snapshot_every_s))
         events = [snapshot_event(conn, current, since, now)] if due else []
@@ -70,6 +75,10 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         located = pages.locations(conn, [*urls, *settled_urls]) if urls or settled_urls else {}
         conn.commit()
     cursor = str(now.timestamp()) if due else context.cursor
+    if upkeep:
+        context.log.info(upkeep)
+    if rebuild is not None:
+        requests = [*requests, rebuild]
     if recovered["freed_batches"]:
         context.log.warning(f"reconciler: {recovered['freed_pages']} page(s) of {recovered['freed_batches']} "
                             f"batch(es) freed, {recovered['runs_failed']} run(s) whose worker was gone marked failed")

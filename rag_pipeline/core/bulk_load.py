@@ -1,0 +1,37 @@
+"""When a space's HNSW index should make way for a bulk load, and when it comes back. Pure.
+
+Inserting into a table with an HNSW index costs ~1 ms a row; without it ~0.04 ms, and building
+the index afterwards over every row costs less than inserting a large backlog through it
+(pgvector's own advice for bulk loads). So the index is dropped while the rows waiting to be
+written outnumber what a rebuild would cost (`defer`), and built again, concurrently, once the
+backlog has drained (`rebuild`). A trickle of recrawls is far below the threshold: the index
+stays. Figures: bench/hnsw_threshold.py, bench/README.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["IndexPolicy", "CHARS_PER_VECTOR", "backlog_rows"]
+
+# A queued page's text becomes about one vector per this many characters (chunks of ~400 tokens
+# of ~4 characters, plus their overlap): the backlog is estimated from the queued text's size.
+CHARS_PER_VECTOR = 1_600
+
+
+@dataclass(frozen=True)
+class IndexPolicy:
+    ratio: float        # defer when the backlog is at least this share of the rows already indexed,
+    floor: int          # and at least this many rows
+
+    def defer(self, indexed_rows: int, backlog_rows: int) -> bool:
+        return backlog_rows >= max(self.floor, self.ratio * indexed_rows)
+
+    def rebuild(self, backlog_rows: int) -> bool:
+        """Build again once what is left to write is a trickle (half the floor: no flapping
+        between a drop and a build around one threshold)."""
+        return backlog_rows < self.floor / 2
+
+
+def backlog_rows(queued_chars: int) -> int:
+    return queued_chars // CHARS_PER_VECTOR

@@ -1,0 +1,70 @@
+"""The active space's HNSW index around bulk loads (core/bulk_load.py): dropped by delivery_sensor
+while a large backlog is written, built again concurrently by a `space_index` run once the
+backlog has drained. Search reads the table exactly meanwhile, and says so."""
+
+import time
+
+import dagster as dg
+
+from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows
+from rag_pipeline.defs.resources import PostgresResource, SettingsResource
+from rag_pipeline.store import deliveries, spaces
+
+SPACE_INDEX_JOB = "space_index"
+# A build in one of these states is the build still to come: no second one is requested.
+_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+            dg.DagsterRunStatus.STARTED]
+
+
+@dg.op(out={}, tags={"kind": "pgvector"})
+def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource, settings: SettingsResource):
+    """Build the active space's HNSW index over every vector written without it, concurrently:
+    page switches go on meanwhile."""
+    current = settings.get()
+    with postgres.connect() as conn:
+        space = spaces.active(conn)
+        if space is None or spaces.index_state(conn, space) == "valid":
+            context.log.info("the active space's index is in place: nothing to build")
+            return
+        started = time.monotonic()
+        spaces.build_index_concurrently(conn, space, current.space_build_memory, current.hnsw_build_workers)
+        rows = spaces.indexed_rows(conn, space)
+    context.log.info(f"HNSW index of space {space.space_id} built over ~{rows:,} vectors in "
+                     f"{time.monotonic() - started:.1f} s: search uses it again")
+
+
+@dg.job(name=SPACE_INDEX_JOB, tags={"rag/kind": "index"},
+        description="Build the active space's HNSW index after a bulk load (requested by delivery_sensor).")
+def space_index():
+    build_space_index()
+
+
+def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRequest | None, str | None]:
+    """One look at the index and the backlog: drop the index for a bulk load, or ask for its
+    rebuild once the backlog has drained. Returns the run to request and what was done."""
+    space = spaces.active(conn)
+    if space is None:
+        return None, None
+    policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
+    backlog = backlog_rows(deliveries.queued_chars(conn))
+    state = spaces.index_state(conn, space)
+    if state == "valid":
+        indexed = spaces.indexed_rows(conn, space)
+        if not policy.defer(indexed, backlog):
+            return None, None
+        spaces.drop_index(conn, space)
+        return None, (f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed; the HNSW index "
+                      "is dropped until they are written (search is exact meanwhile)")
+    if not policy.rebuild(backlog):
+        return None, None
+    pending = instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=_PENDING), limit=1)
+    if pending:
+        return None, None
+    return (dg.RunRequest(job_name=SPACE_INDEX_JOB, run_key=f"space-index-{time.time():.3f}",
+                          tags={"rag/space": str(space.space_id)}),
+            f"the backlog has drained (~{backlog:,} vectors left): building the HNSW index again")
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(jobs=[space_index])

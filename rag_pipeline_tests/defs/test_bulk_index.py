@@ -1,0 +1,72 @@
+"""Bulk loads without per-row HNSW inserts: delivery_sensor drops the active space's index while a
+large backlog is written, search stays exact (and says so) meanwhile, and a `space_index` run
+builds the index again once the backlog has drained; a trickle of recrawls never drops it."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rag_pipeline.cli import main as cli
+from rag_pipeline.core.bulk_load import IndexPolicy
+from rag_pipeline.store import spaces
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.harness import configure, deliver, openai_stack
+
+
+def page(n: int, extra: str = "") -> str:
+    body = " ".join(f"Heron gate {n} sentence {i} about tides and locks{extra}." for i in range(40))
+    return f"# Gate {n}\n\n{body}\n"
+
+
+@pytest.fixture
+def stack(database_url, monkeypatch):
+    with FakeOpenAI(dimensions=256) as fake, openai_stack(database_url, monkeypatch, fake) as (base, pipeline):
+        # A floor of 20 vectors (a page here is ~2 vectors' worth of text), defer at half the indexed.
+        configure(monkeypatch, HNSW_DEFER_FLOOR="20", HNSW_DEFER_RATIO="0.5", SENSOR_BATCH_SIZE="100")
+        yield base, pipeline
+
+
+def scan(conn) -> str:
+    return spaces.search_scan(conn)
+
+
+def test_the_index_makes_way_for_a_bulk_load_and_comes_back(stack, conn, database_url, monkeypatch):
+    base, pipeline = stack
+    deliver(base, "https://docs.example.com/first", page(0))
+    pipeline.tick()                       # a first page: the space is made, with its index
+    assert scan(conn) == "hnsw"
+
+    for n in range(1, 41):                # an initial load: ~80 vectors against 2 indexed
+        deliver(base, f"https://docs.example.com/p{n}", page(n))
+    tick = pipeline.tick(execute=False)   # routes them; the backlog is big: the index is dropped
+    assert scan(conn) == "exact (HNSW index dropped for a bulk load)"
+    assert all(r.job_name == "index_batch" for r in tick.result.run_requests)
+    configure(monkeypatch, DATABASE_URL=database_url)
+    hits = CliRunner().invoke(cli, ["search", "heron gate tides", "--json"])
+    assert '"vector_scan": "exact (HNSW index dropped for a bulk load)"' in hits.output
+
+    for request in tick.result.run_requests:          # the batches write without the index
+        pipeline.defs.resolve_job_def("index_batch").execute_in_process(
+            run_config=request.run_config, instance=pipeline.instance, tags=request.tags)
+    assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash IS NOT NULL").fetchone()[0] == 41
+    rebuild = pipeline.tick()             # drained: a space_index run builds it again
+    assert [r.job_name for r in rebuild.runs] == ["space_index"]
+    assert scan(conn) == "hnsw"
+    active = spaces.active(conn)
+    assert spaces.indexed_rows(conn, active) == conn.execute(
+        f"SELECT count(*) FROM space_vectors_{active.space_id}").fetchone()[0]
+
+    for n in range(1, 4):                 # a trickle of recrawls: 3 changed pages against ~80
+        deliver(base, f"https://docs.example.com/p{n}", page(n, " again"))
+    assert [r.job_name for r in pipeline.tick().runs] == ["index_batch"]
+    assert scan(conn) == "hnsw"
+
+
+@pytest.mark.parametrize("indexed, backlog, defer", [
+    (0, 19, False), (0, 20, True), (100, 49, False), (100, 50, True), (100_000, 2_000, False),
+    (100_000, 50_000, True)])
+def test_the_policy(indexed, backlog, defer):
+    policy = IndexPolicy(ratio=0.5, floor=20)
+    assert policy.defer(indexed, backlog) is defer
+    assert policy.rebuild(9) and not policy.rebuild(10)
