@@ -172,7 +172,8 @@ def test_a_batch_whose_run_was_never_launched_is_freed_and_requested_again_under
     again = pipeline.tick()
     (retry,) = again.result.run_requests
     assert retry.run_key != request.run_key and batch_pages(retry) == [url(1)]
-    assert conn.execute("SELECT outcome FROM deliveries").fetchall() == [("embedded",)]
+    # A run that never started says nothing about the page: its retry budget is whole.
+    assert conn.execute("SELECT outcome, attempts FROM deliveries").fetchall() == [("embedded", 0)]
     ended = dict(conn.execute("SELECT batch_key, end_reason FROM batches").fetchall())
     assert "no run was launched" in ended[request.tags["rag/batch"]]
     assert ended[retry.tags["rag/batch"]] == "applied"

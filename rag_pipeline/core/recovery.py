@@ -35,15 +35,21 @@ class BatchView:
 class Verdict:
     action: str      # "wait", "free" (the run is over or absent), "fail" (mark the run failed, then free)
     reason: str = ""
+    # Whether the pages' tries are spent: not when their run never started (a lost run request, a
+    # launcher that never ran it), which says nothing about the pages: they go into a new batch
+    # with their retry budget whole.
+    charge: bool = True
 
 
 def verdict(batch: BatchView, limits: Limits) -> Verdict:
     status = batch.run_status
     if status in ENDED:
-        return Verdict("free", f"its run ended ({status}) without finishing these pages")
+        started = batch.run_started_age_s is not None
+        return Verdict("free", f"its run ended ({status}) without finishing these pages"
+                       + ("" if started else ", before it started"), charge=started)
     if status is None:
         if batch.requested_age_s > limits.start_grace_s:
-            return Verdict("free", f"no run was launched for it in {batch.requested_age_s:.0f} s")
+            return Verdict("free", f"no run was launched for it in {batch.requested_age_s:.0f} s", charge=False)
         return Verdict("wait")
     if status in WAITING:
         return Verdict("wait")

@@ -24,6 +24,13 @@ def test_a_batch_without_a_run_waits_for_its_launch_then_is_freed():
     assert lost.action == "free" and "no run" in lost.reason
 
 
+def test_only_a_run_that_started_spends_its_pages_tries():
+    assert verdict(view(None, requested=121), LIMITS).charge is False
+    assert verdict(view("CANCELED", started=None), LIMITS).charge is False     # canceled in the queue
+    assert verdict(view("FAILURE", started=5.0), LIMITS).charge is True
+    assert verdict(view("STARTED", started=500.0, beat=100.0), LIMITS).charge is True
+
+
 @pytest.mark.parametrize("status", ["QUEUED", "NOT_STARTED", "STARTING", "CANCELING"])
 def test_a_run_not_started_yet_is_never_cut_short_however_long_it_waits(status):
     assert verdict(view(status, requested=10_000), LIMITS).action == "wait"

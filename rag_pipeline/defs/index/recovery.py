@@ -31,12 +31,13 @@ def limits(settings) -> Limits:
                   startup_s=settings.batch_startup_s)
 
 
-def free_batch(conn: psycopg.Connection, batch_key: str, reason: str, settings) -> list[str]:
+def free_batch(conn: psycopg.Connection, batch_key: str, reason: str, settings, *, charge: bool = True) -> list[str]:
     """Give back the pages a batch still holds, counting a failed try on each one's pending
-    delivery, and end the batch. Returns the pages freed."""
+    delivery (unless not `charge`d: its run never started), and end the batch. Returns the pages
+    freed; uncharged ones are queued as they were, for the same tick's new batches."""
     with conn.transaction():
         freed = pages.release_batch(conn, batch_key)
-        for url in freed:
+        for url in freed if charge else ():
             pending = deliveries.newest_queued(conn, url)
             if pending is None:
                 continue
@@ -74,7 +75,7 @@ def reconcile(instance: dg.DagsterInstance, conn: psycopg.Connection, settings) 
                                                      "go into a new batch")
             instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
             done["runs_failed"] += 1
-        freed = free_batch(conn, batch.batch_key, decision.reason, settings)
+        freed = free_batch(conn, batch.batch_key, decision.reason, settings, charge=decision.charge)
         done["freed_batches"] += 1
         done["freed_pages"] += len(freed)
         log.warning("batch %s: %s; %d page(s) freed", batch.batch_key, decision.reason, len(freed))
