@@ -6,7 +6,8 @@ does). The threshold is read off the measurements: "defer when B ≥ max(FLOOR, 
 Everything runs on the project's own schema and code: a fresh migrated database (DATABASE_URL's
 server, or an embedded one), a space's partition `space_vectors_<id>` made by spaces.create_table,
 its index built by spaces.build_index_concurrently (`_index_sql`: hnsw on embedding::vector(D),
-vector_cosine_ops) and dropped with DROP INDEX CONCURRENTLY, and every row written by
+vector_cosine_ops, with max_parallel_maintenance_workers) and dropped by spaces.drop_index
+(DROP INDEX CONCURRENTLY), and every row written by
 space_vectors.copy_cached (INSERT … SELECT from `chunks` JOIN the `vectors` cache, ON CONFLICT DO
 NOTHING, one transaction per batch of at most model_switch.WALK_PAGE rows), with the FK to
 `chunks`: matching pages/chunks rows and cached vectors (random unit float32 vectors, numpy,
@@ -174,7 +175,7 @@ class Bench:
         self.messages.clear()
         t = time.perf_counter()
         if concurrently:
-            spaces.build_index_concurrently(self.conn, self.space, self.run.memory)
+            spaces.build_index_concurrently(self.conn, self.space, self.run.memory, parallel_workers=workers)
         else:
             with self.conn.transaction():
                 self.conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (self.run.memory,))
@@ -189,8 +190,7 @@ class Bench:
 
     def drop(self) -> float:
         t = time.perf_counter()
-        self.conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
-            sql.Identifier(self.space.index_name())))
+        spaces.drop_index(self.conn, self.space)
         return time.perf_counter() - t
 
     def sample_with_index(self, n: int, sample: int, marks: list[int]) -> None:
@@ -210,7 +210,7 @@ def measure(conn, space: spaces.Space, run: Run, ns: list[int], bs: list[int], p
     conn.autocommit = True
     # N = 0: the index on the empty table (a concurrent build's fixed cost), then a sample through it.
     t = time.perf_counter()
-    spaces.build_index_concurrently(conn, space, run.memory)
+    spaces.build_index_concurrently(conn, space, run.memory, parallel_workers=run.workers)
     run.empty_build_s = time.perf_counter() - t
     sample0 = min(sample, max(bs))
     b.sample_with_index(0, sample0, probes + bs)

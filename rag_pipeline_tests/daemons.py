@@ -62,6 +62,8 @@ def daemon_stack(database_url: str, dagster_url: str, tmp_path: Path, monkeypatc
             OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0",
             # Recovery by heartbeat only: a lease that outlives every test, a worker silent 5 s is gone.
             RUN_RETRY_BACKOFF_S="0", BATCH_HEARTBEAT_S="1", BATCH_HEARTBEAT_TIMEOUT_S="5", DAGSTER_HOME=str(home),
+            # A tick at every turn of the daemon's 5 s sensor loop, not every third.
+            DELIVERY_INTERVAL_S="4",
             DAGSTER_POSTGRES_URL=dagster_url, RAG_HOME=str(tmp_path / "rag_home"),
         )
         configure(monkeypatch, **env)

@@ -19,10 +19,18 @@ def _declared() -> dict:
     return {spec.name: (spec, rules) for spec, rules in declared_sites()}
 
 
-def _site(name: str):
+ONLY_RUNNING = ("declared by the running code location (its discovery sensor recorded it), but not in this "
+                "shell: its defs.yaml depends on an environment variable this shell lacks (the sample site: "
+                "SAMPLE_SITE_URL)")
+
+
+def _site(name: str, known_running: set[str] = frozenset()):
     declared = _declared()
     if name not in declared:
-        known = ", ".join(sorted(declared)) or "none (add one: dg scaffold defs SiteComponent sites/<name>)"
+        if name in known_running:
+            raise UnknownSite(f"site {name!r} is {ONLY_RUNNING}; set it to read the site from here, or launch "
+                              f"the job {name}_discovery in the Dagster UI")
+        known = ", ".join(sorted(set(declared) | set(known_running))) or "none (add one: dg scaffold defs SiteComponent sites/<name>)"
         raise UnknownSite(f"no site {name!r} is declared; declared sites: {known}")
     return declared[name]
 
@@ -41,8 +49,11 @@ def _reading_line(row: dict) -> str:
         return f"reading since {_ago(reading['started_at'], row['now'])}"
     c = reading["counts"]
     state = "complete" if reading["complete"] else f"INCOMPLETE, {len(reading['problems'])} problem(s)"
-    return (f"read {_ago(reading['finished_at'], row['now'])} ({state}): {c.get('listed', 0)} listed, "
-            f"{c.get('new', 0)} new, {c.get('gone', 0)} gone, {c.get('lastmod_moved', 0)} lastmod moved")
+    left_out = ", ".join(f"{c[k]} {k.replace('_', ' ')}" for k in ("disallowed", "out_of_scope", "invalid",
+                                                                  "refused_address") if c.get(k))
+    return (f"read {_ago(reading['finished_at'], row['now'])} ({state}): {c.get('listed', 0)} URLs in the sitemaps"
+            + (f" ({left_out})" if left_out else "")
+            + f", {c.get('new', 0)} new, {c.get('gone', 0)} gone, {c.get('lastmod_moved', 0)} lastmod moved")
 
 
 @click.group("site")
@@ -61,14 +72,16 @@ def site_list(as_json: bool) -> None:
     declared = _declared()
     with db.connection(_app_url()) as conn:
         rows = {r["site"]: r for r in store.overview(conn)}
+    # The sites this shell declares, and those the running code location recorded.
+    names = sorted(set(declared) | set(rows))
     if as_json:
-        click.echo(json.dumps([{**rows.get(n, {"site": n}), "declared": True} for n in sorted(declared)],
+        click.echo(json.dumps([{**rows.get(n, {"site": n}), "declared_here": n in declared} for n in names],
                               default=str, indent=2))
         return
-    if not declared:
+    if not names:
         click.echo("no sites declared: add one with `dg scaffold defs SiteComponent sites/<name> --sitemap URL`")
         return
-    for name in sorted(declared):
+    for name in names:
         row = rows.get(name)
         if row is None:
             click.echo(f"{name}: declared, not read yet (its discovery sensor reads it within a minute of loading)")
@@ -86,12 +99,23 @@ def site_show(name: str) -> None:
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
-    spec, _rules = _site(name)
     with db.connection(_app_url()) as conn:
         row = next((r for r in store.overview(conn) if r["site"] == name), None)
         never_crawled = store.page_counts(conn, name)["never_crawled"]
-    click.echo(describe(spec))
-    click.echo(f"  scope: {', '.join(spec.scope)}" + (f"; excluding {', '.join(spec.exclude)}" if spec.exclude else ""))
+        recorded = store.declared_row(conn, name)
+    if name in _declared():
+        spec, _rules = _site(name)
+        click.echo(describe(spec))
+        scope, exclude = spec.scope, spec.exclude
+    elif recorded is not None:
+        click.echo(f"{name}: up to {recorded['max_pages']:,} pages, read every {recorded['discover_every']} "
+                   f"({ONLY_RUNNING})")
+        scope, exclude = recorded["scope"], recorded["exclude"]
+    else:
+        _site(name)    # says which sites there are
+        return
+    click.echo(f"  scope (globs over normalized URLs): {', '.join(scope)}"
+               + (f"; excluding {', '.join(exclude)}" if exclude else ""))
     if row is None:
         click.echo("  not read yet")
         return
@@ -117,9 +141,9 @@ def site_discover(name: str) -> None:
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
-    spec, rules = _site(name)
     settings = get_settings()
     with db.connection(_app_url()) as conn:
+        spec, rules = _site(name, {r["site"] for r in store.overview(conn)})
         with conn.transaction():
             store.sync_declared(conn, [spec])
         result = run_reading(conn, spec, rules, settings)

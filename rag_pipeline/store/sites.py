@@ -77,11 +77,17 @@ def crawlers(conn: psycopg.Connection, page_urls: list[str]) -> dict[str, str | 
     return {url: found.get(url) for url in page_urls}
 
 
+# A sensor ticks a little before or after the minute: a reading due within this is read now, not
+# at the next tick (a 2-minute site would be read every 3).
+DUE_SLACK = timedelta(seconds=10)
+
+
 def due(conn: psycopg.Connection, names: list[str]) -> list[str]:
     """The sites among `names` whose next reading is due (never read: due at once)."""
     rows = conn.execute(
-        "SELECT name FROM sites WHERE name = ANY(%s) AND (next_discovery_at IS NULL OR next_discovery_at <= now())"
-        " ORDER BY name", (names,)).fetchall()
+        "SELECT name FROM sites WHERE name = ANY(%s)"
+        " AND (next_discovery_at IS NULL OR next_discovery_at <= now() + %s) ORDER BY name",
+        (names, DUE_SLACK)).fetchall()
     return [r[0] for r in rows]
 
 
@@ -189,7 +195,9 @@ def finish_reading(conn: psycopg.Connection, reading: Reading, *, complete: bool
         conn.execute(
             "UPDATE site_readings SET finished_at = now(), complete = %s, counts = %s, errors = %s"
             " WHERE reading_id = %s", (complete, Jsonb(counts), errors, reading.reading_id))
-        conn.execute("UPDATE sites SET next_discovery_at = now() + %s WHERE name = %s", (next_in, reading.site))
+        # From the reading's start: a site read every 2 minutes is read every 2 minutes.
+        conn.execute("UPDATE sites SET next_discovery_at = %s + %s WHERE name = %s",
+                     (reading.started_at, next_in, reading.site))
         # A staged listing left by a reading that died before its apply.
         conn.execute("DELETE FROM site_listing WHERE reading_id IN (SELECT reading_id FROM site_readings"
                      " WHERE site = %s AND finished_at IS NULL AND reading_id < %s)",
@@ -280,6 +288,14 @@ def page_counts(conn: psycopg.Connection, site: str | None) -> dict[str, int]:
         " FROM pages WHERE site IS NOT DISTINCT FROM %s", (site,)).fetchone()
     keys = ("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled")
     return dict(zip(keys, row))
+
+
+def declared_row(conn: psycopg.Connection, name: str) -> dict | None:
+    """What the running code location declared of a site (synced by its discovery sensor)."""
+    row = conn.execute("SELECT name, shards, scope, exclude, max_pages, discover_every, link_depth, crawler"
+                       " FROM sites WHERE name = %s", (name,)).fetchone()
+    keys = ("name", "shards", "scope", "exclude", "max_pages", "discover_every", "link_depth", "crawler")
+    return dict(zip(keys, row)) if row else None
 
 
 def overview(conn: psycopg.Connection) -> list[dict]:

@@ -44,6 +44,16 @@ def test_site_discover_reads_the_sample_site_and_show_tells_what_it_found(databa
     status = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)
     assert [(s["site"], s["last_reading"]["complete"]) for s in status["sites"]] == [("sample", True)]
 
+    # Another shell, without `make run`'s SAMPLE_SITE_URL: the site the running location declared
+    # is still listed and shown, from what its reading recorded; a reading needs the declaration.
+    _env(monkeypatch, database_url, None)
+    listed = CliRunner().invoke(cli, ["site", "list"])
+    assert listed.exit_code == 0 and listed.output.startswith("sample: 0 live, 5 listed"), listed.output
+    shown = CliRunner().invoke(cli, ["site", "show", "sample"])
+    assert shown.exit_code == 0 and "not in this shell" in shown.output and "pages: 6" in shown.output
+    refused = CliRunner().invoke(cli, ["site", "discover", "sample"])
+    assert refused.exit_code == 1 and "SAMPLE_SITE_URL" in refused.output
+
 
 def test_an_unreadable_sitemap_exits_1_and_says_why(database_url, monkeypatch):
     with LoopbackSite() as site:     # answers 404 to everything, robots.txt included (allowed)
