@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     # Webhook receiver.
     webhook_token: str | None = Field(default=None, alias="WEBHOOK_TOKEN")
     webhook_allow_no_token: bool = Field(default=False, alias="WEBHOOK_ALLOW_NO_TOKEN")
+    # A delivery whose rid answers no push of ours is stored as `unsolicited` and never indexed:
+    # whoever holds the webhook token cannot write pages nobody asked for. True lets such
+    # deliveries in (a crawler whose pushes are not recorded here, the test suite).
+    webhook_accept_unsolicited: bool = Field(default=False, alias="WEBHOOK_ACCEPT_UNSOLICITED")
     webhook_max_body_bytes: int = Field(default=20 * 1024 * 1024, alias="WEBHOOK_MAX_BODY_BYTES")
     webhook_max_page_bytes: int = Field(default=50 * 1024 * 1024, alias="WEBHOOK_MAX_PAGE_BYTES")
     # Connections per receiver process, and processes: sized for 2 cores (see README, bench/webhook_load.py).

@@ -88,6 +88,9 @@ def _fresh_settings(monkeypatch, tmp_path):
     # The tests' sites are on loopback, as `make run`'s is: the network guard lets that one network
     # through (test_guarded_http checks the guard with nothing allowed).
     monkeypatch.setenv("CRAWLER_ALLOW_NETWORKS", "127.0.0.0/8")
+    # Most tests deliver pages no push asked for (the receiver's own contract is what they test);
+    # test_delivery_trust checks that a deployment, where this is off, indexes none of them.
+    monkeypatch.setenv("WEBHOOK_ACCEPT_UNSOLICITED", "true")
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()

@@ -632,12 +632,23 @@ def prune(dry_run: bool, as_json: bool) -> None:
 @click.option("--status", "original_status", default=200, show_default=True, type=int)
 @click.option("--rid", default=None, help="Request id (default: a new UUID).")
 def deliver(url: str, file: Path, webhook_url: str, original_status: int, rid: str | None) -> None:
-    """POST FILE to the webhook as the crawler would deliver URL (gzip'd markdown)."""
+    """POST FILE to the webhook as the crawler would deliver URL (gzip'd markdown).
+
+    The delivery is recorded as the answer to a manual push of URL (the pushes table), so routing
+    indexes it as it indexes what a crawler was asked for."""
     import httpx
 
+    from rag_pipeline.core.urls import InvalidURL, normalize_url
+    from rag_pipeline.store import db, pushes
+
     settings = get_settings()
+    rid = rid or uuid.uuid4().hex
+    try:
+        page_url = normalize_url(url)
+    except InvalidURL as exc:
+        raise click.BadParameter(str(exc), param_hint="URL") from exc
     headers = {
-        "rid": rid or uuid.uuid4().hex,
+        "rid": rid,
         "url": url,
         "Original-Status": str(original_status),
         "CB-Status": "200",
@@ -648,13 +659,21 @@ def deliver(url: str, file: Path, webhook_url: str, original_status: int, rid: s
 
     token = settings.resolved_webhook_token()
     params = {"token": token} if token else {}
-    try:
-        resp = httpx.post(webhook_url, params=params, headers=headers,
-                          content=gzip.compress(file.read_bytes()), timeout=30)
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach the webhook at {webhook_url}: {exc}") from exc
-    if resp.status_code != 200:
-        raise CliError(f"webhook answered {resp.status_code}: {answer_reason(resp)}")
+    with db.connection(_app_url()) as conn:
+        with conn.transaction():
+            (push_id,) = pushes.begin(conn, [(url, page_url)], reason="manual", crawler="deliver", run_id=None)
+        error = None
+        try:
+            resp = httpx.post(webhook_url, params=params, headers=headers,
+                              content=gzip.compress(file.read_bytes()), timeout=30)
+            if resp.status_code != 200:
+                error = f"webhook answered {resp.status_code}: {answer_reason(resp)}"
+        except httpx.HTTPError as exc:
+            error = f"cannot reach the webhook at {webhook_url}: {exc}"
+        with conn.transaction():
+            pushes.finish(conn, [pushes.Outcome(push_id, None if error else rid, 1, error)])
+    if error:
+        raise CliError(error)
     click.echo(resp.text)
 
 

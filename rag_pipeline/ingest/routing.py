@@ -64,14 +64,20 @@ ROUTE_CHUNK = 25
 
 def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                 chunk: int = ROUTE_CHUNK, *, rules: list[BoilerplateRule] | None = None,
-                until: float | None = None, allowed_networks: tuple[Network, ...] | None = None) -> RoutingResult:
+                until: float | None = None, allowed_networks: tuple[Network, ...] | None = None,
+                accept_unsolicited: bool | None = None) -> RoutingResult:
     """Route up to `limit` unrouted deliveries, `chunk` per transaction (one savepoint each), with
     `rules` (unset: this process's BOILERPLATE_RULES) and the network guard's `allowed_networks`
-    (unset: this process's CRAWLER_ALLOW_NETWORKS). No chunk starts after `until` (a
+    (unset: this process's CRAWLER_ALLOW_NETWORKS), and whether a delivery answering no push of
+    ours is indexed (`accept_unsolicited`, unset: WEBHOOK_ACCEPT_UNSOLICITED). No chunk starts after `until` (a
     time.monotonic() deadline), but one always runs: a caller with a time limit still advances."""
     result = RoutingResult()
     rules = rules if rules is not None else configured_boilerplate_rules()
-    allowed = allowed_networks if allowed_networks is not None else load_settings().allowed_networks()
+    if allowed_networks is None or accept_unsolicited is None:
+        process = load_settings()
+        allowed_networks = process.allowed_networks() if allowed_networks is None else allowed_networks
+        accept_unsolicited = process.webhook_accept_unsolicited if accept_unsolicited is None else accept_unsolicited
+    trust = _Trust(allowed_networks, accept_unsolicited)
     scopes = sites.declared_scopes(conn)   # where a page first seen here belongs
     rules_of = _site_rules(conn, rules)     # a site's own boilerplate rules, added to the deployment's
     while result.routed < limit:
@@ -80,7 +86,7 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
             for delivery in claimed:
                 try:
                     with conn.transaction():
-                        outcome = _route_one(conn, delivery, rules_of, max_page_bytes, result, allowed, scopes)
+                        outcome = _route_one(conn, delivery, rules_of, max_page_bytes, result, trust, scopes)
                 except (BodyError, InvalidURL) as exc:
                     # A stored body the receiver accepted should decode; if not, say so and move on.
                     outcome = "failed"
@@ -95,7 +101,7 @@ def route_batch(conn: psycopg.Connection, limit: int, max_page_bytes: int,
                     log.warning("delivery %s not routed: %s", delivery.id, exc)
                     _settled(result, delivery, outcome)
                 else:
-                    if outcome not in ("queued", "refused"):   # a refused URL is no page of ours
+                    if outcome not in ("queued", "refused", "unsolicited"):   # no page of ours to tell
                         _settled(result, delivery, outcome)
                 result.outcomes[outcome] += 1
         if len(claimed) < chunk:
@@ -134,13 +140,29 @@ def _site_rules(conn, rules: list[BoilerplateRule]):
     return lambda site: rules + own[site] if site in own else rules
 
 
-def _route_one(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, allowed, scopes) -> str:
+@dataclass(frozen=True)
+class _Trust:
+    allowed_networks: tuple
+    accept_unsolicited: bool
+
+
+def _route_one(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, trust: _Trust, scopes) -> str:
     page_url = normalize_url(delivery.url)
     # The network guard's rule, on what was delivered: an internal address is never indexed.
-    refused = host_refusal(urlsplit(delivery.url).hostname or "", allowed)
+    refused = host_refusal(urlsplit(delivery.url).hostname or "", trust.allowed_networks)
     if refused:
         deliveries.mark(conn, delivery.id, "refused", page_url=page_url, error=f"not indexed: {refused}")
         return "refused"
+    # A delivery answers a push: its rid must be one of ours, and our push row (not a header)
+    # says which URL was asked for.
+    pushed_url, pushed_at = pushes.pushed(conn, delivery.rid)
+    if pushed_at is None:   # its push may still be in flight: its rid not recorded yet
+        pushed_url, pushed_at = pushes.in_flight(conn, _asked_pages(delivery, page_url))
+    if pushed_at is None and not trust.accept_unsolicited:
+        deliveries.mark(conn, delivery.id, "unsolicited", page_url=page_url,
+                        error=f"rid {delivery.rid[:64]!r} answers no push of ours: stored, never indexed "
+                              "(WEBHOOK_ACCEPT_UNSOLICITED lets such deliveries in)")
+        return "unsolicited"
     pid = page_id(page_url)
     verdict = classify(delivery.crawler_status, delivery.original_status)
     page = pages.get(conn, page_url, for_update=True)
@@ -151,7 +173,6 @@ def _route_one(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, 
         return "superseded"
     # Crawl order: the crawler may deliver an older crawl late (a retried webhook). Its crawl time
     # is our push's, found by its rid; a delivery we did not push counts from its receipt.
-    pushed_url, pushed_at = pushes.pushed(conn, delivery.rid)
     crawled_at = pushed_at or delivery.received_at
     if page is not None and page.newest_crawl_at is not None and crawled_at < page.newest_crawl_at:
         deliveries.mark(conn, delivery.id, "superseded", page_url=page_url, crawled_at=crawled_at,
@@ -167,8 +188,12 @@ def _route_one(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, 
         return "skipped"
 
     site, shard = (page.site, None) if page is not None else locate(page_url, scopes)
+    foreign = _foreign_redirect(conn, pushed_url or delivery.pushed_url, page_url, page)
+    if foreign:
+        deliveries.mark(conn, delivery.id, "refused", page_url=page_url, error=foreign)
+        return "refused"
     if page is None:   # first seen here: placed in the declared site whose scope holds it, if any
-        pushed = delivery.pushed_url or pushed_url
+        pushed = pushed_url or delivery.pushed_url
         pages.ensure(conn, pid, page_url, delivery.url, site=site, shard=shard,
                      discovered_by="redirect" if pushed and pushed != delivery.url else "delivery")
     redirected_from = _note_redirect(conn, delivery, page_url, pushed_url)
@@ -208,12 +233,45 @@ def _route_one(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, 
     return "queued"
 
 
+def _asked_pages(delivery, page_url: str) -> list[str]:
+    """The pages a delivery says it answers: its own, and its pushed-url header's."""
+    asked = [page_url]
+    if delivery.pushed_url:
+        try:
+            asked.append(normalize_url(delivery.pushed_url.replace("%7C", "|")))
+        except InvalidURL:
+            pass
+    return asked
+
+
+def _foreign_redirect(conn, pushed: str | None, page_url: str, page) -> str | None:
+    """Why a redirect may not land here: onto a live page of another site (or, between pages of
+    no declared site, of another host), whose text a crawl of some other URL must not replace."""
+    if not pushed or page is None or page.deleted_at is not None or page.indexed_hash is None:
+        return None
+    try:
+        origin = normalize_url(pushed.replace("%7C", "|"))
+    except InvalidURL:
+        return None
+    if origin == page_url:
+        return None
+    row = conn.execute("SELECT site FROM pages WHERE url = %s", (origin,)).fetchone()
+    origin_site = row[0] if row else None
+    if origin_site is None and page.site is None:
+        if urlsplit(origin).netloc == urlsplit(page_url).netloc:
+            return None
+    elif origin_site == page.site:
+        return None
+    return (f"refused: the crawl of {origin} redirected onto {page_url}, a live page of another "
+            f"{'site' if origin_site or page.site else 'host'}: not indexed")
+
+
 def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None) -> str | None:
     """The page is indexed under the delivered URL. When that is not the URL we pushed (the site
     redirected), the pushed URL becomes an alias of it: recrawled no more, nothing indexed twice.
     A URL delivered as itself again is a page again. Returns the alias recorded, if any."""
     aliases.clear(conn, page_url)
-    pushed = delivery.pushed_url or pushed_url
+    pushed = pushed_url or delivery.pushed_url     # our push row is the authority; a header only without one
     if not pushed:
         return None
     try:

@@ -66,7 +66,7 @@ def queue_progress(conn: psycopg.Connection, window_minutes: int) -> Progress:
     waiting = queue(conn)
     settled = conn.execute(
         "SELECT count(*) FROM deliveries WHERE coalesce(applied_at, processed_at) >= now() - make_interval(mins => %s)"
-        " AND (applied_at IS NOT NULL OR outcome IN ('skipped', 'superseded', 'refused'))",
+        " AND (applied_at IS NOT NULL OR outcome IN ('skipped', 'superseded', 'refused', 'unsolicited'))",
         (window_minutes,),
     ).fetchone()[0]
     return Progress(waiting["unrouted"] + waiting["queued"] + waiting["failed_retrying"] + waiting["failed_for_good"],

@@ -9,7 +9,7 @@ import psycopg
 
 from rag_pipeline.store.status import chunk_count
 
-OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded", "failed", "refused")
+OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded", "failed", "refused", "unsolicited")
 
 
 def snapshot(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, float | int]:

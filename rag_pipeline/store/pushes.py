@@ -84,6 +84,16 @@ def pushed(conn: psycopg.Connection, rid: str) -> tuple[str | None, datetime | N
     return (row[0], row[1]) if row else (None, None)
 
 
+def in_flight(conn: psycopg.Connection, page_urls: list[str]) -> tuple[str | None, datetime | None]:
+    """(URL, when) of the newest push of one of these pages still waiting for its result: a
+    crawler may deliver before the push run records the rid it answered (a push run records its
+    rids when all its pushes are made)."""
+    row = conn.execute(
+        "SELECT url, pushed_at FROM pushes WHERE result = 'pending' AND page_url = ANY(%s)"
+        " ORDER BY pushed_at DESC LIMIT 1", (page_urls,)).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
 # How far back `undelivered` (the pushes_delivered check) looks for a push's delivery; retention
 # never deletes a push, or a delivery of a push, younger than this.
 UNDELIVERED_WINDOW_S = 7 * 86400

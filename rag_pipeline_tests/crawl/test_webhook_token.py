@@ -73,7 +73,9 @@ def test_seed_fails_when_the_receiver_refuses_the_token(local_seed, receiver, si
     assert len(waits) == 2 and all(w <= timedelta(minutes=5) for w in waits)
 
 
-def test_receiver_reads_the_token_file_when_webhook_token_is_unset(database_url, conn, tmp_path):
+def test_receiver_reads_the_token_file_when_webhook_token_is_unset(database_url, conn, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)     # `deliver` records the push it answers
+    get_settings.cache_clear()
     write_token_file(TOKEN)
     page = tmp_path / "page.md"
     page.write_text("# Page\n\ntext\n")
@@ -88,9 +90,14 @@ def test_receiver_reads_the_token_file_when_webhook_token_is_unset(database_url,
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == ["Error: webhook answered 401: missing or wrong token"]
     assert [r[0] for r in conn.execute("SELECT rid FROM deliveries").fetchall()] == ["r-ok"]
+    # Each delivery answers a manual push: the refused one failed, with the receiver's reason.
+    assert conn.execute("SELECT rid, result, error FROM pushes ORDER BY push_id").fetchall() == [
+        ("r-ok", "pushed", None), (None, "failed", "webhook answered 401: missing or wrong token")]
 
 
-def test_deliver_reports_a_non_json_refusal_on_one_line(database_url, tmp_path):
+def test_deliver_reports_a_non_json_refusal_on_one_line(database_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    get_settings.cache_clear()
     page = tmp_path / "page.md"
     page.write_text("# Page\n")
 

@@ -57,7 +57,8 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes,
                              rules=boilerplate_rules(current.boilerplate_rules),
                              until=time.monotonic() + ROUTE_BUDGET_S,
-                             allowed_networks=current.allowed_networks())
+                             allowed_networks=current.allowed_networks(),
+                             accept_unsolicited=current.webhook_accept_unsolicited)
         # Batches whose run will never finish them give their pages back (a try counted), before
         # the retries due are claimed and the free pages leased to new batches, in this same tick.
         recovered = reconcile(context.instance, conn, current)
