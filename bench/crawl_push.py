@@ -2,7 +2,7 @@
 sensor's tick cost with 100,000 pages registered.
 
 1. Push path: the real `push_targets` (pushes rows written before and finished after, next crawl
-   moved) through the official SDK to the simulator on loopback, unthrottled and at the default
+   moved) through the Crawlbase client (httpx) to the simulator on loopback, unthrottled and at the default
    20/s limit. The simulator runs in its own process, paused, so that only the push path is measured.
 2. recrawl_sensor: the real sensor evaluated in a Dagster test instance against 100,000 pages:
    a tick with nothing due, ticks claiming a full batch (500) of due pages, and a tick giving

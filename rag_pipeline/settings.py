@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     # Webhook receiver.
     webhook_token: str | None = Field(default=None, alias="WEBHOOK_TOKEN")
     webhook_allow_no_token: bool = Field(default=False, alias="WEBHOOK_ALLOW_NO_TOKEN")
+    # Token rotation: the receiver takes this one too until it is unset (set the new WEBHOOK_TOKEN,
+    # move the old one here, update the crawler, then unset this).
+    webhook_token_previous: str | None = Field(default=None, alias="WEBHOOK_TOKEN_PREVIOUS")
+    # /metrics and /docs of the receiver: behind the webhook token unless made public here.
+    webhook_public_metrics: bool = Field(default=False, alias="WEBHOOK_PUBLIC_METRICS")
+    webhook_public_docs: bool = Field(default=False, alias="WEBHOOK_PUBLIC_DOCS")
     # A delivery whose rid answers no push of ours is stored as `unsolicited` and never indexed:
     # whoever holds the webhook token cannot write pages nobody asked for. True lets such
     # deliveries in (a crawler whose pushes are not recorded here, the test suite).
@@ -217,7 +223,8 @@ class Settings(BaseSettings):
     # Rows examined per prune transaction (each commits on its own: short row locks and snapshots).
     prune_batch_size: int = Field(default=2000, alias="PRUNE_BATCH_SIZE", ge=1, le=100_000)
 
-    @field_validator("openai_api_key", "answer_api_key", "webhook_token", "query_api_token", "crawlbase_token")
+    @field_validator("openai_api_key", "answer_api_key", "webhook_token", "query_api_token", "crawlbase_token",
+                     "webhook_token_previous")
     @classmethod
     def _sendable_secret(cls, value: str | None) -> str | None:
         # Sent in an HTTP header or a query string: a pasted placeholder ("sk-…") or a stray space

@@ -73,10 +73,14 @@ def given_token(query_string: bytes, headers: HeaderIndex) -> str:
     return values[0] if values else ""
 
 
-def check_token(query_string: bytes, headers: HeaderIndex, expected_digest: bytes | None) -> None:
-    if expected_digest is None:
+def check_token(query_string: bytes, headers: HeaderIndex, expected: bytes | tuple[bytes, ...] | None) -> None:
+    """The token against each valid one (two during a rotation), every comparison made whatever
+    the first one said: the time taken tells nothing."""
+    if expected is None:
         return
-    if not hmac.compare_digest(token_digest(given_token(query_string, headers)), expected_digest):
+    digests = (expected,) if isinstance(expected, bytes) else expected
+    given = token_digest(given_token(query_string, headers))
+    if not any([hmac.compare_digest(given, digest) for digest in digests]):
         raise Refused(401, "bad_token", "missing or wrong token")
 
 
@@ -126,7 +130,8 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     if not token and not settings.webhook_allow_no_token:
         raise RuntimeError("WEBHOOK_TOKEN is not set and there is no $RAG_HOME/webhook_token"
                            " (set WEBHOOK_ALLOW_NO_TOKEN=1 to run without one)")
-    expected_digest = token_digest(token) if token else None
+    expected_digest = (tuple(token_digest(t) for t in (token, settings.webhook_token_previous) if t)
+                       if token else None)
     metrics = Metrics.create()
     logger = access_logger()
     access = AccessLog(None, metrics=metrics, logger=logger, log_all=settings.webhook_access_log)
@@ -183,8 +188,13 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
             connecting.cancel()
             await pool.close()
 
+    # The interactive docs are off unless made public (WEBHOOK_PUBLIC_DOCS): the schema stays in
+    # the app (app.openapi()) for tools and tests.
+    docs = settings.webhook_public_docs
     app = WebhookApp(title="rag-pipeline webhook", version="1", lifespan=lifespan,
-                     description="Receives the crawler's deliveries and stores each one before answering 200.")
+                     description="Receives the crawler's deliveries and stores each one before answering 200.",
+                     docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
+                     openapi_url="/openapi.json" if docs else None)
 
     def refused_answer(exc: Refused, note: dict) -> tuple[int, bytes]:
         metrics.refusals.labels(exc.reason).inc()
@@ -271,20 +281,28 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
-        """200 when the database answers, else 503."""
+        """200 when the database answers, else 503. Unauthenticated, so it says up or down only:
+        why goes to the log (a database error names its host, port, user and database)."""
         if not app.state.ready.is_set():
-            return JSONResponse({"status": "unhealthy", "error": app.state.connect_error or "connecting"},
-                                status_code=503)
+            log.warning("healthz: unhealthy: %s", app.state.connect_error or "connecting to the database")
+            return JSONResponse({"status": "unhealthy"}, status_code=503)
         try:
             async with app.state.pool.connection(timeout=2) as conn:
                 await conn.execute("SELECT 1")
         except Exception as exc:  # noqa: BLE001 - health must answer, whatever broke
-            return JSONResponse({"status": "unhealthy", "error": str(exc)}, status_code=503)
+            log.warning("healthz: unhealthy: %s", exc)
+            return JSONResponse({"status": "unhealthy"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
-        """Prometheus text format: deliveries by outcome, refusals by reason, latency histogram."""
+    async def prometheus_metrics(request: Request) -> Response:
+        """Prometheus text format: deliveries by outcome, refusals by reason, latency histogram.
+        Behind the webhook token (header or query) unless WEBHOOK_PUBLIC_METRICS."""
+        if not settings.webhook_public_metrics:
+            try:
+                check_token(request.scope.get("query_string", b""), HeaderIndex(request.scope["headers"]), expected_digest)
+            except Refused as exc:
+                return JSONResponse({"error": exc.message}, status_code=exc.status)
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     app.add_middleware(AccessLog, metrics=metrics, logger=logger, log_all=settings.webhook_access_log)

@@ -12,6 +12,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -22,11 +23,17 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The crawler wants an answer within 200 ms: the buckets resolve well below that.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 
-_TOKEN_IN_QUERY = re.compile(r"((?:^|[?&])token=)[^&\s\"]*", re.IGNORECASE)
+# A query parameter: its name as written (any spelling: `%74oken` is `token` to the parser).
+_QUERY_PARAM = re.compile(r"((?:^|[?&])([^=&?\s\"]*)=)([^&\s\"]*)")
 
 
 def mask_token(text: str) -> str:
-    return _TOKEN_IN_QUERY.sub(r"\1***", text)
+    """Every `token` query parameter masked, however its name is spelt (percent escapes, case)."""
+    def masked(match: re.Match) -> str:
+        name = unquote_plus(match.group(2)).strip().lower()
+        return match.group(1) + "***" if name == "token" else match.group(0)
+
+    return _QUERY_PARAM.sub(masked, text)
 
 
 @dataclass

@@ -1,43 +1,62 @@
-"""The Crawlbase Enterprise Crawler through the official `crawlbase` SDK.
+"""The Crawlbase Enterprise Crawler over its HTTP API, through one verifying httpx client.
 
-A push is `CrawlingAPI.get(url, {crawler, callback: true, format: md, callback_headers, …})`; the
-JSON answer carries the rid, and Crawlbase later POSTs the page to the crawler's webhook. The SDK
-has no base-URL option: it reads `crawlbase.base_api.CRAWLBASE_API_URL` at call time, which is
-how CRAWLBASE_API_URL points it at the simulator.
+A push is `GET {api_url}?token=…&crawler=…&callback=true&format=md&callback_headers=…&url=…`; the
+JSON answer carries the rid, and Crawlbase later POSTs the page to the crawler's webhook. The query
+is the one the official `crawlbase` SDK sent (its parameters, order and encoding), so the
+simulator reads it unchanged. The SDK itself is not used: it turned TLS verification off
+(`ssl.SSLContext(ssl.PROTOCOL_TLS)`), and the token rides in the query, so whoever sat on the path
+read it. Crawlbase wants the token in the query (or, for stats, the path): every message and log
+line that could carry a URL is redacted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
+import re
+import ssl
 import time
-import urllib.error
-import urllib.request
+from urllib.parse import urlencode
 
+import httpx
+
+from rag_pipeline.core.retrying import Backoff, is_retryable_status, parse_retry_after
 from rag_pipeline.crawl.base import (CrawlerHealth, PushError, Pushed, callback_headers,
                                      encode_callback_headers)
-from rag_pipeline.core.retrying import Backoff, is_retryable_status
 from rag_pipeline.crawl.ratelimit import RateLimiter
 
-log = logging.getLogger(__name__)
-_sdk_lock = threading.Lock()
+_TOKEN_PARAM = re.compile(r"(token=)[^&\s\"'#]+")
+# Every crawler's token, for the log filter: the stats URL carries it in its path.
+_tokens: set[str] = set()
 
 
-def _point_sdk(api_url: str) -> None:
-    """The SDK reads this module global at call time; it is the only way to point it elsewhere."""
-    import crawlbase.base_api
-
-    if crawlbase.base_api.CRAWLBASE_API_URL != api_url:
-        with _sdk_lock:
-            crawlbase.base_api.CRAWLBASE_API_URL = api_url
+def redact(text: str, token: str | None = None) -> str:
+    """`text` without the token: a URL or an answer that echoed it never reaches a log or a row."""
+    if token:
+        text = text.replace(token, "***")
+    return _TOKEN_PARAM.sub(r"\1***", text)
 
 
-def _sdk(api_url: str):
-    from crawlbase import CrawlingAPI
+class _RedactTokens(logging.Filter):
+    """httpx logs every request's full URL at INFO: without this, the token with it."""
 
-    _point_sdk(api_url)
-    return CrawlingAPI
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redact_all(str(a)) if isinstance(a, (str, httpx.URL)) else a
+                                for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = _redact_all(record.msg)
+        return True
+
+
+def _redact_all(text: str) -> str:
+    for token in tuple(_tokens):
+        text = text.replace(token, "***")
+    return redact(text)
+
+
+if not any(isinstance(f, _RedactTokens) for f in logging.getLogger("httpx").filters):
+    logging.getLogger("httpx").addFilter(_RedactTokens())
 
 
 class CrawlbaseCrawler:
@@ -45,12 +64,20 @@ class CrawlbaseCrawler:
 
     def __init__(self, *, token: str, crawler_name: str, api_url: str = "https://api.crawlbase.com/",
                  rate: float = 20.0, max_retries: int = 5, backoff_s: float = 0.5, timeout_s: float = 30.0,
-                 page_wait_ms: int | None = None, ajax_wait: bool = False):
+                 page_wait_ms: int | None = None, ajax_wait: bool = False,
+                 ssl_context: ssl.SSLContext | None = None):
+        """`ssl_context` lets a test trust its own CA; it must verify. Unset (production): the
+        system's defaults, certifi's CAs with the host name checked."""
         if not token:
             raise ValueError("CRAWLBASE_TOKEN is not set")
         if not crawler_name:
             raise ValueError("CRAWLER_NAME is not set (the name of your Crawlbase crawler)")
+        if ssl_context is not None and (ssl_context.verify_mode != ssl.CERT_REQUIRED
+                                        or not ssl_context.check_hostname):
+            raise ValueError("the Crawlbase client verifies TLS: ssl_context must require a "
+                             "certificate and check the host name")
         self.token = token
+        _tokens.add(token)
         self.crawler_name = crawler_name
         self.api_url = api_url if api_url.endswith("/") else api_url + "/"
         self.limiter = RateLimiter(rate)
@@ -59,16 +86,9 @@ class CrawlbaseCrawler:
         self.timeout_s = timeout_s
         self.page_wait_ms = page_wait_ms
         self.ajax_wait = ajax_wait
-        # The SDK keeps each answer on the instance (`self.response`): one instance per thread,
-        # or concurrent pushes read each other's rids.
-        self._local = threading.local()
-
-    @property
-    def _api(self):
-        api = getattr(self._local, "api", None)
-        if api is None:
-            api = self._local.api = _sdk(self.api_url)({"token": self.token, "timeout": self.timeout_s})
-        return api
+        # One client for every thread (httpx's Client is thread-safe): one pool, one TLS setup.
+        self._client = httpx.Client(verify=ssl_context if ssl_context is not None else True,
+                                    timeout=timeout_s)
 
     def _options(self, url: str, push_id: int | None) -> dict:
         options = {
@@ -83,42 +103,52 @@ class CrawlbaseCrawler:
             options["ajax_wait"] = "true"
         return options
 
+    def push_url(self, url: str, push_id: int | None = None) -> str:
+        """The SDK's request: token first, the options, `url` last, all `urlencode`d (quote_plus).
+        Built as a string, not `params=`, because httpx encodes parameters differently."""
+        return f"{self.api_url}?{urlencode({'token': self.token, **self._options(url, push_id), 'url': url})}"
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.token)
+
     def push(self, url: str, *, push_id: int | None = None) -> Pushed:
         last = "no attempt"
         status = None
         for attempt in range(self.max_retries + 1):
             self.limiter.acquire()
+            retry_after = None
             try:
-                # A fresh dict each time: the SDK writes `url` into the options it is given.
-                api = self._api
-                _point_sdk(self.api_url)
-                response = api.get(url, self._options(url, push_id))
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                status, last = None, f"{type(exc).__name__}: {exc}"
+                response = self._client.get(self.push_url(url, push_id))
+            except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+                status, last = None, self._redact(f"{type(exc).__name__}: {exc}")
             else:
-                status = int(response.get("status_code") or 0)
+                status = response.status_code
                 if status == 200:
-                    rid = _rid(response)
+                    rid = _rid(response.content)
                     if rid:
                         return Pushed(rid, attempt + 1)
-                    last = f"answer without rid: {str(response.get('body'))[:200]}"
+                    last = self._redact(f"answer without rid: {response.text[:200]}")
                 elif is_retryable_status(status):
                     last = f"HTTP {status}"
+                    retry_after = parse_retry_after(response.headers)
                 else:  # 401 bad token, 400 bad URL: retrying changes nothing
                     raise PushError(f"Crawlbase refused the push: HTTP {status}", attempts=attempt + 1,
                                     status=status)
             if attempt < self.max_retries:
-                time.sleep(Backoff(self.backoff_s).delay(attempt))   # the SDK's answer carries no headers
+                time.sleep(Backoff(self.backoff_s).delay(attempt, retry_after))
         raise PushError(f"push failed after {self.max_retries + 1} attempts: {last}",
                         attempts=self.max_retries + 1, status=status)
 
     def health(self) -> CrawlerHealth:
-        url = f"{self.api_url}crawler/{self.token}/stats"
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
-                stats = json.loads(resp.read())
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return CrawlerHealth("unknown", error=f"stats unreadable: {type(exc).__name__}: {exc}")
+            response = self._client.get(f"{self.api_url}crawler/{self.token}/stats")
+            if response.status_code != 200:
+                return CrawlerHealth("unknown", error=f"stats unreadable: HTTP {response.status_code}")
+            stats = response.json()
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+            return CrawlerHealth("unknown", error=self._redact(f"stats unreadable: {type(exc).__name__}: {exc}"))
+        if not isinstance(stats, dict):
+            return CrawlerHealth("unknown", error=f"stats unreadable: a JSON {type(stats).__name__}, not an object")
         return parse_stats(stats, self.crawler_name)
 
     def drain(self, timeout_s: float) -> int:
@@ -128,17 +158,24 @@ class CrawlbaseCrawler:
         return {}  # and retries its deliveries there
 
     def close(self) -> None:
-        pass
+        self._client.close()
 
 
-def _rid(response: dict) -> str | None:
-    body = response.get("json")
-    if body is None:
-        try:
-            body = json.loads(response.get("body") or b"{}")
-        except ValueError:
-            return None
-    return str(body["rid"]) if isinstance(body, dict) and body.get("rid") else None
+def _rid(body: bytes) -> str | None:
+    """The rid of a push answer: `{"rid": …}`, or, as the SDK also read it, inside a `body` field
+    holding an object or JSON text."""
+    try:
+        answer = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    if isinstance(answer, dict) and not answer.get("rid") and "body" in answer:
+        answer = answer["body"]
+        if isinstance(answer, str):
+            try:
+                answer = json.loads(answer)
+            except ValueError:
+                return None
+    return str(answer["rid"]) if isinstance(answer, dict) and answer.get("rid") else None
 
 
 def parse_stats(stats: dict, crawler_name: str) -> CrawlerHealth:

@@ -212,7 +212,7 @@ class CrawlbaseSimulator:
             def _answer(self, status: int, payload: dict) -> None:
                 body = json.dumps(payload).encode()
                 self.send_response(status)
-                # The SDK parses JSON only for this exact content type.
+                # Crawlbase's own clients parse JSON only for this exact content type.
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -28,7 +28,7 @@ def client(sim, **kw) -> CrawlbaseCrawler:
                             backoff_s=0.01, **kw)
 
 
-def test_crawlbase_push_through_the_sdk_delivers_with_callback_headers(gate, site, conn, crawl_env):
+def test_crawlbase_push_delivers_with_callback_headers(gate, site, conn, crawl_env):
     site.set_page("/a", "<html><head><title>A</title></head><body><h1>Alpha</h1><p>first</p></body></html>")
     sim = make_sim(gate.webhook_url, crawl_env)
     try:
@@ -104,7 +104,7 @@ def test_local_crawler_fetches_converts_follows_redirects_and_retries_delivery(g
 
 
 def test_concurrent_pushes_each_get_their_own_rid(gate, site, crawl_env):
-    """The SDK stores each answer on its instance: a shared instance mixed rids up across threads."""
+    """One client serves every push thread: each push must still get its own answer's rid."""
     from concurrent.futures import ThreadPoolExecutor
 
     sim = make_sim(gate.webhook_url, crawl_env)

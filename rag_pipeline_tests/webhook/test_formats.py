@@ -189,4 +189,4 @@ def test_invalid_utf8_is_stored_and_counted(client, conn):
     assert resp.status_code == 200
     decoded = decode_stored(bytes(stored(conn, "latin")[5]), "gzip", 1_000_000)
     assert decoded.replaced_invalid_utf8 and "Caf\ufffd" in decoded.text
-    assert "webhook_invalid_utf8_total 1.0" in client.get("/metrics").text
+    assert "webhook_invalid_utf8_total 1.0" in client.get("/metrics", headers={"X-Webhook-Token": TOKEN}).text
