@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -39,12 +40,18 @@ class SettingsError(ValueError):
     """A setting has a value it cannot take; the message is one line naming the variable."""
 
 
+def env_files() -> tuple[Path, ...]:
+    """The checkout's `.env`, or the one file RAG_ENV_FILE names. Never the working directory's:
+    a `.env` in whatever directory a command runs from could send OPENAI_API_KEY to a host of its
+    choosing."""
+    named = os.environ.get("RAG_ENV_FILE")
+    if named:
+        return (Path(named).expanduser(),)
+    return (checkout_dir() / ".env",) if checkout_dir() else ()
+
+
 class Settings(BaseSettings):
-    # The checkout's .env, then the working directory's (which wins).
-    model_config = SettingsConfigDict(
-        env_file=tuple(p for p in (checkout_dir() and checkout_dir() / ".env", Path(".env")) if p),
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_file=env_files(), extra="ignore")
 
     # Where the embedded database and other local state live when DATABASE_URL is unset.
     rag_home: Path = Field(default_factory=default_rag_home, alias="RAG_HOME")
