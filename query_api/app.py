@@ -261,7 +261,9 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         except RetrievalError as exc:
             raise ApiError(503, "index_unavailable", str(exc)) from exc
         except ChatError as exc:
-            raise ApiError(502, "chat_failed", str(exc)) from exc
+            # The upstream's own text and address stay in the log: a client learns only that it failed.
+            log.warning("chat model failed: %s", exc)
+            raise ApiError(502, "chat_failed", "the chat model did not answer; retry later") from exc
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             log.warning("database unavailable: %s", exc)
             raise ApiError(503, "database_unavailable", "database unavailable, retry later") from exc

@@ -14,14 +14,22 @@ class FilterError(ValueError):
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+# Older than any page: a larger age would overflow Python's timedelta or PostgreSQL's timestamps.
+MAX_AGE = timedelta(days=100 * 365)
 
 
 def parse_age(text: str) -> timedelta:
-    """`90s`, `30m`, `12h`, `7d`, `2w`."""
+    """`90s`, `30m`, `12h`, `7d`, `2w`, up to 100 years."""
     match = _AGE.match(text or "")
     if match is None:
         raise FilterError(f"cannot read age {text!r}: use a number and a unit s, m, h, d or w (e.g. 7d)")
-    age = timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
+    shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:40] + "…"
+    try:
+        age = timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
+    except OverflowError:
+        age = None
+    if age is None or age > MAX_AGE:
+        raise FilterError(f"age {shown!r} is more than 100 years: no page is that old")
     if age <= timedelta(0):
         raise FilterError(f"age {text!r} must be more than zero")
     return age

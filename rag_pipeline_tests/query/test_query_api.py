@@ -96,6 +96,9 @@ def test_the_token_is_checked_before_anything_else(api):
     ({"question": QUESTION, "k": 101}, 422, "k:"),
     ({"question": QUESTION, "per_page": 0}, 422, "per_page"),
     ({"question": QUESTION, "max_age": "soon"}, 422, "cannot read age 'soon'"),
+    # Ages past what a timedelta or a PostgreSQL timestamp holds were a 500 (OverflowError, SQL).
+    ({"question": QUESTION, "max_age": "9" * 400 + "d"}, 422, "more than 100 years"),
+    ({"question": QUESTION, "max_age": "100000000w"}, 422, "more than 100 years"),
     ({"question": QUESTION, "changed_since": "last tuesday"}, 422, "cannot read date"),
     ({"question": QUESTION, "site": ["ftp://files.example.com/*"]}, 422, "only http and https"),
     ({"question": QUESTION, "site": ["https://a.example.com/*"] * 21}, 422, "site"),
@@ -156,6 +159,8 @@ def test_ask_cites_only_live_sources_and_reports_a_failing_chat_model(chat, data
         fake.fail_next(1, 500, endpoint="chat")
         failed = httpx.post(f"{base}/ask", json={"question": QUESTION}, headers=AUTH, timeout=30)
         assert failed.status_code == 502 and failed.json()["reason"] == "chat_failed"
+        # Neither the upstream's text nor its address reaches the client.
+        assert fake.base_url.split("//")[1] not in failed.text and "HTTP 500" not in failed.text
 
 
 def test_requests_beyond_the_in_flight_limit_get_503_at_once(chat, env, database_url):
