@@ -219,7 +219,8 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
                               "Every path but /healthz and the schema needs `Authorization: Bearer <token>`.")
 
     def connection():
-        return db.get_pool(url, max_size=settings.query_api_pool_size).connection(timeout=POOL_TIMEOUT_S)
+        return db.get_pool(url, max_size=settings.query_api_pool_size,
+                           statement_timeout_s=settings.query_statement_timeout_s).connection(timeout=POOL_TIMEOUT_S)
 
     def chat():
         from rag_pipeline.query import answers
@@ -260,6 +261,10 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
                 return work(conn)
         except RetrievalError as exc:
             raise ApiError(503, "index_unavailable", str(exc)) from exc
+        except psycopg.errors.QueryCanceled as exc:
+            log.warning("query cancelled after QUERY_STATEMENT_TIMEOUT_S: %s", exc)
+            raise ApiError(503, "query_timeout", f"the search took longer than {settings.query_statement_timeout_s:g} s; "
+                                                 "ask a shorter question") from exc
         except ChatError as exc:
             # The upstream's own text and address stay in the log: a client learns only that it failed.
             log.warning("chat model failed: %s", exc)

@@ -161,6 +161,8 @@ class Settings(BaseSettings):
     # Requests served at once per process; one more is answered 503 at once (the client retries).
     query_api_max_inflight: int = Field(default=16, alias="QUERY_API_MAX_INFLIGHT", ge=1, le=1000)
     query_api_pool_size: int = Field(default=4, alias="QUERY_API_POOL_SIZE", ge=1, le=64)
+    # Every statement of a search or an answer (query API, and `search`/`ask` in the CLI) ends within this.
+    query_statement_timeout_s: float = Field(default=10.0, alias="QUERY_STATEMENT_TIMEOUT_S", gt=0, le=600)
 
     # Crawling (issue 4). `crawlbase` when a Crawlbase token is set, else the built-in `local` crawler.
     crawler: Literal["crawlbase", "local"] | None = Field(default=None, alias="CRAWLER")

@@ -179,6 +179,13 @@ def webhook(host: str, port: int, workers: int | None) -> None:
                 access_log=False)
 
 
+def _bound_statements(conn) -> None:
+    """A search's or an answer's statements end within QUERY_STATEMENT_TIMEOUT_S, as the query API's."""
+    timeout_ms = int(get_settings().query_statement_timeout_s * 1000)
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
+    conn.commit()
+
+
 def _retrieval_options(command):
     """--mode, and --max-age, --changed-since, --site: which pages a passage may come from (in the scan)."""
     for option in reversed([
@@ -247,6 +254,7 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
     filters = _filters(max_age, changed_since, sites)
     url = _app_url()
     with db.connection(url) as conn:
+        _bound_statements(conn)
         try:
             hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
         except RetrievalError as exc:
@@ -291,6 +299,7 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
         raise CliError(str(exc)) from exc
     try:
         with db.connection(_app_url()) as conn:
+            _bound_statements(conn)
             result = answers.answer(conn, settings, question, k, chat, filters=filters, mode=mode)
     except (RetrievalError, ChatError) as exc:
         raise CliError(str(exc)) from exc

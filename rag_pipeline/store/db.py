@@ -373,14 +373,18 @@ _pools: dict[str, ConnectionPool] = {}
 _pools_lock = threading.Lock()
 
 
-def get_pool(url: str, *, max_size: int = 4) -> ConnectionPool:
-    """One small pool per database URL and process."""
+def get_pool(url: str, *, max_size: int = 4, statement_timeout_s: float | None = None) -> ConnectionPool:
+    """One small pool per database URL and process; `statement_timeout_s` bounds every statement
+    of its connections (the query API's: a costly question must not hold a connection for long)."""
     with _pools_lock:
         pool = _pools.get(url)
         if pool is None:
+            kwargs: dict = {"connect_timeout": 10}
+            if statement_timeout_s:
+                kwargs["options"] = f"-c statement_timeout={int(statement_timeout_s * 1000)}"
             pool = ConnectionPool(
                 url, min_size=1, max_size=max_size, configure=_configure, open=True,
-                kwargs={"connect_timeout": 10}, name="rag",
+                kwargs=kwargs, name="rag",
             )
             _pools[url] = pool
         return pool

@@ -38,3 +38,14 @@ def test_terms_are_quoted_as_tsquery_text():
     assert tsquery_term("o'neil") == "'o''neil'"
     assert tsquery_term("a\\b") == "'a\\\\b'"
     assert any_of(["x", "5.2.3"]) == "'x' | '5.2.3'"
+
+
+def test_a_question_of_hundreds_of_rare_words_selects_only_the_rarest_few():
+    from rag_pipeline.core.lexical import MAX_TERMS, candidate_terms
+
+    words = [f"w{i:03d}" for i in range(280)]
+    shares = {w: 0.00001 * (i + 1) for i, w in enumerate(words)}      # w000 the rarest
+    weights = term_weights(words, shares, unlisted=0.0)
+    chosen = candidate_terms(weights, shares)
+    assert len(chosen) == MAX_TERMS
+    assert chosen == words[:MAX_TERMS]                                  # the rarest, in question order

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import pytest
@@ -213,3 +214,23 @@ def test_rag_pipeline_serve_answers_over_http(env):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_search_past_the_statement_timeout_is_cancelled_and_the_pool_serves_the_next(env, database_url):
+    """A search stuck (here: behind a lock, as a costly scan would be) ends at
+    QUERY_STATEMENT_TIMEOUT_S with a 503 that says so, and its connection serves the next one."""
+    import psycopg
+
+    env.setenv("QUERY_STATEMENT_TIMEOUT_S", "0.5")
+    env.setenv("QUERY_API_POOL_SIZE", "1")          # one connection: the next request needs it back
+    get_settings.cache_clear()
+    with serve(create_app(get_settings(), database_url=database_url)) as base, \
+            psycopg.connect(database_url) as blocker:
+        blocker.execute("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        stuck = httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=30)
+        assert stuck.status_code == 503 and stuck.json()["reason"] == "query_timeout", stuck.text
+        assert time.monotonic() - started < 5
+        blocker.rollback()
+        again = httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=30)
+        assert again.status_code == 200 and again.json()["results"]
