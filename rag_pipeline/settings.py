@@ -310,6 +310,16 @@ class Settings(BaseSettings):
         return (self.answer_api_key or self.openai_api_key, self.answer_base_url or self.openai_base_url)
 
 
+def at_load(field: str):
+    """A setting Dagster fixes when the code location loads (a sensor's interval). A bad value
+    must fail the ticks that read the settings, with its message, not the code location: the
+    default stands in here."""
+    try:
+        return getattr(load_settings(), field)
+    except SettingsError:
+        return Settings.model_fields[field].default
+
+
 def load_settings(overrides: Mapping[str, object] | None = None) -> Settings:
     """Settings from the environment, ``overrides`` (variable name → value) winning; a bad value
     is one line, never a pydantic traceback."""

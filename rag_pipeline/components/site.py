@@ -135,16 +135,10 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                                   embedder_kind=kind, upstream=discovery.key)
         job = dg.define_asset_job(f"{spec.name}_discovery", selection=[discovery.key],
                                   description=f"Read {spec.name}'s robots.txt and sitemaps now.")
-        return dg.Definitions(assets=assets, jobs=[job], sensors=[discovery_sensor(spec, job, _interval_s())])
+        from rag_pipeline.settings import at_load
 
-
-def _interval_s() -> int:
-    from rag_pipeline.settings import Settings, SettingsError, load_settings
-
-    try:
-        return load_settings().discovery_interval_s
-    except SettingsError:   # the bad setting fails the sensor's ticks, with its message, not the location
-        return Settings.model_fields["discovery_interval_s"].default
+        return dg.Definitions(assets=assets, jobs=[job],
+                              sensors=[discovery_sensor(spec, job, at_load("discovery_interval_s"))])
 
 
 def describe(spec: SiteSpec) -> str:

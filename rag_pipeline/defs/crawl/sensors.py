@@ -11,7 +11,7 @@ from rag_pipeline.crawl.cadence import load_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import CLAIM_LEASE, cadence_refresh_job, push_job, push_run_config
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
-from rag_pipeline.settings import Settings, SettingsError, load_settings
+from rag_pipeline.settings import at_load
 from rag_pipeline.store import pushes, schedule
 
 # A refresh run in one of these states is the refresh still to come: no second one is requested.
@@ -117,8 +117,4 @@ def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: Postgre
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    try:
-        interval_s = load_settings().recrawl_interval_s
-    except SettingsError:   # the bad setting fails the sensor's ticks, with its message, not the code location
-        interval_s = Settings.model_fields["recrawl_interval_s"].default
-    return dg.Definitions(sensors=[recrawl_sensor_every(interval_s), crawler_health_sensor])
+    return dg.Definitions(sensors=[recrawl_sensor_every(at_load("recrawl_interval_s")), crawler_health_sensor])

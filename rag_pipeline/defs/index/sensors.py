@@ -15,7 +15,7 @@ from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.core.sites import partition_set
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.routing import route_batch
-from rag_pipeline.settings import Settings, SettingsError, load_settings
+from rag_pipeline.settings import at_load
 from rag_pipeline.ingest.rules import boilerplate_rules
 from rag_pipeline.store import deliveries, pages, spaces
 
@@ -176,8 +176,5 @@ def rechunk_sensor(
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    try:
-        interval_s = load_settings().delivery_interval_s
-    except SettingsError:   # the bad setting fails the sensor's ticks, with its message, not the code location
-        interval_s = Settings.model_fields["delivery_interval_s"].default
-    return dg.Definitions(sensors=[delivery_sensor_every(interval_s), delivery_failure_sensor, rechunk_sensor])
+    return dg.Definitions(sensors=[delivery_sensor_every(at_load("delivery_interval_s")), delivery_failure_sensor,
+                                   rechunk_sensor])
