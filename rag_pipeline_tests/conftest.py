@@ -78,6 +78,19 @@ def conn(database_url):
         yield connection
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _test_network_and_deliveries():
+    """Before any fixture of any scope (a module's index is built before its tests' own fixtures):
+    the tests' sites are on loopback, as `make run`'s is, so the network guard lets that network
+    through (test_guarded_http checks the guard with nothing allowed); and most tests deliver pages
+    no push asked for (the receiver's own contract is what they test): test_delivery_trust checks
+    that a deployment, where that is off, indexes none of them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CRAWLER_ALLOW_NETWORKS", "127.0.0.0/8")
+        mp.setenv("WEBHOOK_ACCEPT_UNSOLICITED", "true")
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_settings(monkeypatch, tmp_path):
     """Each test reads the environment anew, and never the developer's `.env` or RAG_HOME."""
@@ -85,12 +98,6 @@ def _fresh_settings(monkeypatch, tmp_path):
     for var in ("DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "EMBEDDING_PROVIDER",
                 "EMBEDDING_MODEL", "EMBEDDING_DIMENSIONS", "WEBHOOK_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    # The tests' sites are on loopback, as `make run`'s is: the network guard lets that one network
-    # through (test_guarded_http checks the guard with nothing allowed).
-    monkeypatch.setenv("CRAWLER_ALLOW_NETWORKS", "127.0.0.0/8")
-    # Most tests deliver pages no push asked for (the receiver's own contract is what they test);
-    # test_delivery_trust checks that a deployment, where this is off, indexes none of them.
-    monkeypatch.setenv("WEBHOOK_ACCEPT_UNSOLICITED", "true")
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
