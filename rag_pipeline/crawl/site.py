@@ -11,6 +11,7 @@ file is the address the site is served at.
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 import time
 from collections import Counter
@@ -22,6 +23,17 @@ from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 _CONTENT_TYPES = {".md": "text/markdown", ".xml": "application/xml", ".txt": "text/plain", ".html": "text/html"}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that closes a kept-alive connection (a pool closing, a fetch cut at its cap) is
+        # no error of the site's: no traceback for it.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,7 @@ class LoopbackSite:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
         self._thread: threading.Thread | None = None
 
     @property
