@@ -41,7 +41,7 @@ def local_seed(receiver, site, database_url, monkeypatch, tmp_path):
 
 
 def refusals(receiver: str) -> int:
-    text = httpx.get(receiver + "/metrics", timeout=5).text
+    text = httpx.get(receiver + "/metrics", headers={"X-Webhook-Token": TOKEN}, timeout=5).text
     found = re.search(r'^webhook_refusals_total\{reason="bad_token"\} (\S+)$', text, re.MULTILINE)
     return int(float(found.group(1))) if found else 0
 
