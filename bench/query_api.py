@@ -58,7 +58,9 @@ def start_serve(url: str, fake_url: str, workers: int) -> tuple[subprocess.Popen
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUERY_API_", "ANSWER_", "OPENAI_"))}
     env.update(DATABASE_URL=url, QUERY_API_TOKEN=TOKEN, ANSWER_API_KEY="sk-bench", ANSWER_BASE_URL=fake_url,
-               EMBEDDING_PROVIDER="hash", EMBEDDING_DIMENSIONS=str(DIMENSIONS), QUERY_API_MAX_INFLIGHT="64")
+               EMBEDDING_PROVIDER="hash", EMBEDDING_DIMENSIONS=str(DIMENSIONS), QUERY_API_MAX_INFLIGHT="64",
+               # One token for every simulated client: its per-token rate would measure the limit.
+               QUERY_API_RATE="100000", QUERY_API_BURST="100000")
     proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli", "serve", "--port", str(port),
                              "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rag_pipeline.core.filters import FilterError, SearchFilters
+from rag_pipeline.crawl.ratelimit import RateLimiter
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline.store import db
@@ -50,10 +52,18 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def _error(status: int, reason: str, message: str, **extra) -> JSONResponse:
+class RateLimited(Refused):
+    def __init__(self, wait_s: float):
+        super().__init__(429, "rate_limited", f"too many requests for this token; retry in {wait_s:.1f} s")
+        self.retry_after = max(1, math.ceil(wait_s))
+
+
+def _error(status: int, reason: str, message: str, *, retry_after: int | None = None, **extra) -> JSONResponse:
     headers = {"Retry-After": "1"} if status == 503 else None
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer"}
+    if retry_after is not None:
+        headers = {"Retry-After": str(retry_after)}
     return JSONResponse({"error": message, "reason": reason, **extra}, status_code=status, headers=headers)
 
 
@@ -150,9 +160,11 @@ class Guard:
     """In front of FastAPI: the bearer token (401), the in-flight limit (503) and the body cap
     (413, before the body is read when Content-Length says so), for every path but the public ones."""
 
-    def __init__(self, app, expected_digest: bytes | None, max_inflight: int):
+    def __init__(self, app, expected_digest: bytes | None, max_inflight: int, rate: float = 20.0, burst: int = 40):
         self.app, self.expected_digest, self.max_inflight = app, expected_digest, max_inflight
         self.inflight = 0
+        self.rate, self.burst = rate, burst
+        self.buckets: dict[bytes, RateLimiter] = {}    # per token (its digest): one client cannot starve the rest
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
@@ -160,12 +172,13 @@ class Guard:
             return
         headers = HeaderIndex(scope["headers"])
         try:
-            self._check_token(headers)
+            self._check_rate(self._check_token(headers))
             if self.inflight >= self.max_inflight:
                 raise Refused(503, "busy", f"{self.max_inflight} requests in flight already; retry shortly")
             body = await read_capped(headers, receive, MAX_BODY_BYTES)
         except Refused as exc:
-            await _error(exc.status, exc.reason, exc.message)(scope, receive, send)
+            await _error(exc.status, exc.reason, exc.message,
+                         retry_after=getattr(exc, "retry_after", None))(scope, receive, send)
             return
         except ClientGone:
             return
@@ -184,13 +197,24 @@ class Guard:
         finally:
             self.inflight -= 1
 
-    def _check_token(self, headers: HeaderIndex) -> None:
+    def _check_token(self, headers: HeaderIndex) -> bytes:
+        """The token's digest (what its rate is counted under); 401 for a missing or wrong one."""
         if self.expected_digest is None:
-            return
+            return b""
         values = headers.getlist("authorization")
         scheme, _, given = (values[0] if values else "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(given.strip()), self.expected_digest):
+        digest = token_digest(given.strip())
+        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, self.expected_digest):
             raise Refused(401, "bad_token", "missing or wrong token: send Authorization: Bearer <QUERY_API_TOKEN>")
+        return digest
+
+    def _check_rate(self, digest: bytes) -> None:
+        bucket = self.buckets.get(digest)
+        if bucket is None:
+            bucket = self.buckets[digest] = RateLimiter(self.rate, self.burst)
+        wait_s = bucket.try_acquire()
+        if wait_s > 0:
+            raise RateLimited(wait_s)
 
 
 def create_app(settings: Settings | None = None, database_url: str | None = None) -> FastAPI:
@@ -304,9 +328,12 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
             with connection() as conn:
                 conn.execute("SELECT 1")
         except Exception as exc:  # noqa: BLE001 - health must answer, whatever broke
-            return _error(503, "database_unavailable", str(exc))
+            # Unauthenticated: up or down only; the reason (host, port, user) goes to the log.
+            log.warning("healthz: unhealthy: %s", exc)
+            return _error(503, "database_unavailable", "database unavailable")
         return JSONResponse({"status": "ok"})
 
     app.add_middleware(Guard, expected_digest=token_digest(token) if token else None,
-                       max_inflight=settings.query_api_max_inflight)
+                       max_inflight=settings.query_api_max_inflight, rate=settings.query_api_rate,
+                       burst=settings.query_api_burst)
     return app

@@ -161,6 +161,9 @@ class Settings(BaseSettings):
     # Requests served at once per process; one more is answered 503 at once (the client retries).
     query_api_max_inflight: int = Field(default=16, alias="QUERY_API_MAX_INFLIGHT", ge=1, le=1000)
     query_api_pool_size: int = Field(default=4, alias="QUERY_API_POOL_SIZE", ge=1, le=64)
+    # Requests a second each token may make (bursts of QUERY_API_BURST); past it: 429 with Retry-After.
+    query_api_rate: float = Field(default=20.0, alias="QUERY_API_RATE", gt=0)
+    query_api_burst: int = Field(default=40, alias="QUERY_API_BURST", ge=1)
     # Every statement of a search or an answer (query API, and `search`/`ask` in the CLI) ends within this.
     query_statement_timeout_s: float = Field(default=10.0, alias="QUERY_STATEMENT_TIMEOUT_S", gt=0, le=600)
 

@@ -19,6 +19,17 @@ class RateLimiter:
         self._last = clock()
         self._lock = threading.Lock()
 
+    def try_acquire(self) -> float:
+        """Take a token if one is free (0.0); else how long until one is, taking nothing."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens >= 1 - 1e-9:
+                self._tokens = max(0.0, self._tokens - 1)
+                return 0.0
+            return (1 - self._tokens) / self.rate
+
     def acquire(self) -> float:
         """Block until a token is free; returns the time waited."""
         waited = 0.0

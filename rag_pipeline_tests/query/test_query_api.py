@@ -234,3 +234,32 @@ def test_a_search_past_the_statement_timeout_is_cancelled_and_the_pool_serves_th
         blocker.rollback()
         again = httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=30)
         assert again.status_code == 200 and again.json()["results"]
+
+
+def test_a_token_past_its_rate_gets_429_with_retry_after(env, database_url):
+    env.setenv("QUERY_API_RATE", "0.5")        # one request every 2 s, bursts of 2
+    env.setenv("QUERY_API_BURST", "2")
+    get_settings.cache_clear()
+    with serve(create_app(get_settings(), database_url=database_url)) as base:
+        answers = [httpx.post(f"{base}/search", json={"question": QUESTION}, headers=AUTH, timeout=30)
+                   for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 429]
+        limited = answers[2]
+        assert limited.json()["reason"] == "rate_limited" and int(limited.headers["Retry-After"]) >= 1
+        # A wrong token is refused as such, never counted against the right one's rate.
+        assert httpx.post(f"{base}/search", json={"question": QUESTION},
+                          headers={"Authorization": "Bearer nope"}, timeout=30).status_code == 401
+        assert httpx.get(f"{base}/healthz", timeout=5).json() == {"status": "ok"}
+
+
+def test_the_rate_limiter_takes_nothing_when_it_refuses():
+    from rag_pipeline.crawl.ratelimit import RateLimiter
+
+    now = [0.0]
+    bucket = RateLimiter(1.0, 1, clock=lambda: now[0])
+    assert bucket.try_acquire() == 0.0
+    assert bucket.try_acquire() == 1.0
+    now[0] = 0.5
+    assert bucket.try_acquire() == 0.5          # the refused try took nothing
+    now[0] = 1.0
+    assert bucket.try_acquire() == 0.0
