@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from rag_pipeline.crawl.base import Crawler
 from rag_pipeline.settings import Settings
 
@@ -15,12 +13,12 @@ def crawler_kind(settings: Settings) -> str:
 
 
 def callback_url(settings: Settings) -> str:
-    """Where the local crawler delivers: CRAWLER_CALLBACK_URL, else our receiver with the token it reads."""
+    """Where the local crawler delivers: CRAWLER_CALLBACK_URL, else our receiver on WEBHOOK_PORT.
+    The token goes in the X-Webhook-Token header (`make_crawler`), never in the URL, which proxies
+    and access logs keep."""
     if settings.crawler_callback_url:
         return settings.crawler_callback_url
-    base = f"http://127.0.0.1:{settings.webhook_port}/webhook"
-    token = settings.resolved_webhook_token()
-    return f"{base}?{urlencode({'token': token})}" if token else base
+    return f"http://127.0.0.1:{settings.webhook_port}/webhook"
 
 
 def make_crawler(settings: Settings) -> Crawler:
@@ -38,7 +36,8 @@ def make_crawler(settings: Settings) -> Crawler:
     from rag_pipeline.crawl.local import LocalCrawler
 
     return LocalCrawler(
-        callback_url=callback_url(settings), user_agent=settings.crawler_user_agent,
+        callback_url=callback_url(settings), webhook_token=settings.resolved_webhook_token(),
+        user_agent=settings.crawler_user_agent,
         timeout_s=settings.crawler_timeout_s, per_host=settings.crawler_per_host,
         delivery_retries=settings.crawler_delivery_retries,
         allowed_networks=settings.allowed_networks(), fetch_deadline_s=settings.crawler_fetch_deadline_s,

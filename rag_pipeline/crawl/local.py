@@ -40,7 +40,7 @@ MAX_KEPT_FAILURES = 10_000
 class LocalCrawler:
     name = "local"
 
-    def __init__(self, *, callback_url: str, user_agent: str, timeout_s: float = 30.0,
+    def __init__(self, *, callback_url: str, user_agent: str, webhook_token: str | None = None, timeout_s: float = 30.0,
                  per_host: int = 2, workers: int = 8, delivery_retries: int = 5,
                  delivery_backoff_s: float = 0.5, allowed_networks: tuple[Network, ...] = (),
                  fetch_deadline_s: float = FETCH_DEADLINE_S, obey_robots: bool = True,
@@ -62,7 +62,9 @@ class LocalCrawler:
         self._next_start: dict[str, float] = {}   # origin → when its next fetch may start (Crawl-delay)
         self._pace_lock = threading.Lock()
         self._closing = threading.Event()
-        self._deliver_client = httpx.Client(timeout=timeout_s)
+        # The receiver's token rides in a header, not in the callback URL.
+        self._deliver_client = httpx.Client(timeout=timeout_s,
+                                            headers={"X-Webhook-Token": webhook_token} if webhook_token else None)
         self._jobs: queue.Queue = queue.Queue()
         self._hosts: dict[str, threading.Semaphore] = defaultdict(lambda: threading.Semaphore(per_host))
         self._hosts_lock = threading.Lock()

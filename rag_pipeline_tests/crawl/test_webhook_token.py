@@ -169,3 +169,37 @@ def test_a_delivery_that_never_got_through_fails_its_push_unless_it_was_stored(r
     assert (reports["/lost"].pushed, reports["/lost"].failed) == (1, 0)
     results = dict(conn.execute("SELECT url, result FROM pushes").fetchall())
     assert results == {site.url("/down"): "failed", site.url("/lost"): "pushed"}
+
+
+def test_the_local_crawler_sends_the_token_in_a_header_never_in_the_url(site, monkeypatch):
+    """URLs end up in proxies' and access logs: the receiver's token rides in X-Webhook-Token."""
+    from rag_pipeline.crawl.factory import make_crawler
+
+    seen: list[tuple[str, str | None]] = []
+
+    async def receiver(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        seen.append((scope["path"] + "?" + scope["query_string"].decode(), headers.get("x-webhook-token")))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"status": "stored"}'})
+
+    site.set_page("/p", "<h1>P</h1>")
+    with serve(receiver) as base:
+        monkeypatch.delenv("CRAWLER_CALLBACK_URL", raising=False)
+        monkeypatch.setenv("WEBHOOK_PORT", str(urlsplit(base).port))
+        monkeypatch.setenv("WEBHOOK_TOKEN", "header-only-token")
+        get_settings.cache_clear()
+        crawler = make_crawler(get_settings())
+        try:
+            crawler.push(site.url("/p"))
+            assert crawler.drain(20) == 0
+        finally:
+            crawler.close()
+    assert seen == [("/webhook?", "header-only-token")]
