@@ -182,8 +182,8 @@ def webhook(host: str, port: int, workers: int | None) -> None:
 def _bound_statements(conn) -> None:
     """A search's or an answer's statements end within QUERY_STATEMENT_TIMEOUT_S, as the query API's."""
     timeout_ms = int(get_settings().query_statement_timeout_s * 1000)
-    conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
-    conn.commit()
+    with conn.transaction():   # a session setting (is_local false): it outlives this transaction
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
 
 
 def _retrieval_options(command):

@@ -25,6 +25,7 @@ class RateLimiter:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
+            # A hair under one after sleeping the exact pause (float rounding) counts as one.
             if self._tokens >= 1 - 1e-9:
                 self._tokens = max(0.0, self._tokens - 1)
                 return 0.0
@@ -33,15 +34,7 @@ class RateLimiter:
     def acquire(self) -> float:
         """Block until a token is free; returns the time waited."""
         waited = 0.0
-        while True:
-            with self._lock:
-                now = self._clock()
-                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-                self._last = now
-                # A hair under one after sleeping the exact pause (float rounding) counts as one.
-                if self._tokens >= 1 - 1e-9:
-                    self._tokens = max(0.0, self._tokens - 1)
-                    return waited
-                pause = (1 - self._tokens) / self.rate
+        while (pause := self.try_acquire()) > 0:
             self._sleep(pause)
             waited += pause
+        return waited

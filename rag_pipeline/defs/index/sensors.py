@@ -70,7 +70,6 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         requests = request_batches(conn, work, current)
         # Around a bulk load: the HNSW index makes way while a large backlog is written.
         rebuild, upkeep = index_upkeep(context.instance, conn, current)
-        conn.commit()
         since = (datetime.fromtimestamp(last, UTC) if last is not None
                  else now - timedelta(seconds=current.index_snapshot_every_s))
         events = [snapshot_event(conn, current, since, now)] if due else []
