@@ -101,7 +101,6 @@ def site_show(name: str) -> None:
 
     with db.connection(_app_url()) as conn:
         row = next((r for r in store.overview(conn) if r["site"] == name), None)
-        never_crawled = store.page_counts(conn, name)["never_crawled"]
         recorded = store.declared_row(conn, name)
     if name in _declared():
         spec, _rules = _site(name)
@@ -120,7 +119,7 @@ def site_show(name: str) -> None:
         click.echo("  not read yet")
         return
     click.echo(f"  pages: {row['pages']} ({row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
-               f"{row['tombstoned']} tombstoned, {row['due']} due, {never_crawled} never crawled)")
+               f"{row['tombstoned']} tombstoned, {row['due']} due, {row['never_crawled']} never crawled)")
     click.echo(f"  last reading: {_reading_line(row)}")
     reading = row["last_reading"]
     if reading and reading["counts"]:

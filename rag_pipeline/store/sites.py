@@ -275,21 +275,6 @@ def newest_reading(conn: psycopg.Connection, site: str) -> Reading | None:
     return Reading(*row) if row else None
 
 
-def page_counts(conn: psycopg.Connection, site: str | None) -> dict[str, int]:
-    """What `site show` and `status` say of a site's pages, from one scan of its rows."""
-    row = conn.execute(
-        "SELECT count(*),"
-        " count(*) FILTER (WHERE listed_at IS NOT NULL AND unlisted_at IS NULL),"
-        " count(*) FILTER (WHERE deleted_at IS NULL AND alias_of IS NULL AND indexed_hash IS NOT NULL),"
-        " count(*) FILTER (WHERE unlisted_at IS NOT NULL AND deleted_at IS NULL),"
-        " count(*) FILTER (WHERE deleted_at IS NOT NULL),"
-        " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now()),"
-        " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL)"
-        " FROM pages WHERE site IS NOT DISTINCT FROM %s", (site,)).fetchone()
-    keys = ("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled")
-    return dict(zip(keys, row))
-
-
 def declared_row(conn: psycopg.Connection, name: str) -> dict | None:
     """What the running code location declared of a site (synced by its discovery sensor)."""
     row = conn.execute("SELECT name, shards, scope, exclude, max_pages, discover_every, link_depth, crawler"
@@ -301,20 +286,21 @@ def declared_row(conn: psycopg.Connection, name: str) -> dict | None:
 def overview(conn: psycopg.Connection) -> list[dict]:
     """Each declared site's pages and its newest reading, for `status` and `site list`: one scan of
     the site pages grouped, one look at each site's newest reading."""
-    counts = {site: dict(zip(("pages", "listed", "live", "unlisted", "tombstoned", "due"), rest))
+    counts = {site: dict(zip(("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled"), rest))
               for site, *rest in conn.execute(
                   "SELECT site, count(*),"
                   " count(*) FILTER (WHERE listed_at IS NOT NULL AND unlisted_at IS NULL),"
                   " count(*) FILTER (WHERE deleted_at IS NULL AND alias_of IS NULL AND indexed_hash IS NOT NULL),"
                   " count(*) FILTER (WHERE unlisted_at IS NOT NULL AND deleted_at IS NULL),"
                   " count(*) FILTER (WHERE deleted_at IS NOT NULL),"
-                  " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now())"
+                  " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now()),"
+                  " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL)"
                   " FROM pages WHERE site IS NOT NULL GROUP BY site")}
     rows = conn.execute(
         "SELECT s.name, s.next_discovery_at, r.started_at, r.finished_at, r.complete, r.counts, r.errors, now()"
         " FROM sites s LEFT JOIN LATERAL (SELECT * FROM site_readings WHERE site = s.name"
         "   ORDER BY reading_id DESC LIMIT 1) r ON true ORDER BY s.name").fetchall()
-    empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0}
+    empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0}
     return [{"site": name, **counts.get(name, empty), "next_reading_at": next_at,
              "last_reading": None if started is None else {
                  "started_at": started, "finished_at": finished, "complete": complete,

@@ -60,6 +60,18 @@ def pages_failed(failed: list[Failed], total: int, switched: int) -> dg.Failure:
     )
 
 
+def _collect(events, describe) -> tuple[dict[str, dict], list[Failed]]:
+    """A step's events, page by page: the metadata of each page done (`describe`), and the failures."""
+    done: dict[str, dict] = {}
+    failed: list[Failed] = []
+    for event in events:
+        if isinstance(event, Failed):
+            failed.append(event)
+        else:
+            done[event.page_url] = describe(event)
+    return done, failed
+
+
 def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: list[Failed]) -> dg.MaterializeResult:
     """Each page of the step on its own partition, with its own metadata. When some failed, the
     step fails (its other pages are done and recorded as materialized, the failed ones observed
@@ -100,15 +112,11 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         Kept in full so that a new chunker re-cuts pages without recrawling them.
         """
         current = settings.get()
-        done: dict[str, dict] = {}
-        failed: list[Failed] = []
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-            for event in batch.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
-                                            RetryPolicy.from_settings(current)):
-                if isinstance(event, Failed):
-                    failed.append(event)
-                else:
-                    done[event.page_url] = source_metadata(event.result)
+            done, failed = _collect(
+                batch.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
+                                   RetryPolicy.from_settings(current)),
+                lambda event: source_metadata(event.result))
         return _result(context, done, failed)
 
     @dg.asset(
@@ -129,16 +137,12 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
 
         Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
         """
-        done: dict[str, dict] = {}
-        failed: list[Failed] = []
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             # Sized to the model the pages will be embedded with: the active space's.
-            for event in batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
-                                           RetryPolicy.from_settings(settings.get())):
-                if isinstance(event, Failed):
-                    failed.append(event)
-                else:
-                    done[event.page_url] = chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)
+            done, failed = _collect(
+                batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
+                                  RetryPolicy.from_settings(settings.get())),
+                lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
         return _result(context, done, failed)
 
     @dg.asset(
@@ -163,16 +167,12 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         Embedded with the active space's model, whatever is configured (the configured model makes
         only the first space; `space build` / `space activate` switch models).
         """
-        done: dict[str, dict] = {}
-        failed: list[Failed] = []
         seen: dict = {}
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-            for event in batch.switch_pages(conn, context.partition_keys, embedder.for_space,
-                                            context.run_id, RetryPolicy.from_settings(settings.get())):
-                if isinstance(event, Failed):
-                    failed.append(event)
-                    continue
-                done[event.page_url] = switch_metadata(conn, event.result, embedder, seen, context.log)
+            done, failed = _collect(
+                batch.switch_pages(conn, context.partition_keys, embedder.for_space, context.run_id,
+                                   RetryPolicy.from_settings(settings.get())),
+                lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
         return _result(context, done, failed)
 
     return [pages, chunks, embeddings]
