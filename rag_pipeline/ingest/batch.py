@@ -87,6 +87,7 @@ class _Page:
     item: WorkItem
     source: indexing.SourceResult | None = None
     staged: list[chunk_store.StagedChunk] | None = None
+    stage_hash: str | None = None      # the source hash `staged` was cut from
     failed: bool = False
 
 
@@ -100,30 +101,31 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
     by hand); a page whose lease another batch holds now is skipped. ``chunk_budget(space)`` gives
     (max, overlap) tokens for the active space. The connection must not be in a transaction; the
     per-page advisory locks it takes are released before this returns.
+
+    Each step handles the whole batch in a few statements; when a step fails as a whole, it is done
+    again page by page, so that only the page at fault fails.
     """
     try:
-        work = list(_lock_pages(conn, items, batch_key))
-        for page in work:
+        work: list[_Page] = []
+        for page in _lock_pages(conn, items, batch_key):
             if isinstance(page, Skipped):
                 yield page
-        work = [p for p in work if isinstance(p, _Page)]
+            else:
+                work.append(page)
         active = spaces.active(conn)
+        conn.commit()
         max_tokens, overlap_tokens = chunk_budget(active)
-        for page in work:
-            if not rechunk:
-                yield from _take_source(conn, page, max_page_bytes, retry)
-            if not page.failed:
-                yield from _stage(conn, page, max_tokens, overlap_tokens, retry)
-        live = [p for p in work if not p.failed]
-        for event in _embed_and_switch(conn, live, embedder_for, active, run_id, retry):
+        if not rechunk:
+            yield from _take_sources(conn, work, max_page_bytes, retry)
+        yield from _stage_all(conn, [p for p in work if not p.failed], max_tokens, overlap_tokens, retry)
+        switched = []
+        for event in _embed_and_switch(conn, [p for p in work if not p.failed], embedder_for, active, run_id, retry):
             yield event
             if isinstance(event, Switched):
-                _release(conn, event.page_url, batch_key)
-        for page in work:
-            # A re-chunk has no delivery to count failed tries on: its page keeps the lease until
-            # it runs out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
-            if page.failed and not rechunk:
-                _release(conn, page.item.page_url, batch_key)
+                switched.append(event.page_url)
+        # A re-chunk has no delivery to count failed tries on: its page keeps the lease until it runs
+        # out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
+        _release(conn, switched + ([] if rechunk else [p.item.page_url for p in work if p.failed]), batch_key)
     finally:
         _unlock_all(conn)
 
@@ -131,21 +133,22 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
 def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
     """Each page under a session advisory lock for the whole batch: two batches never work on one
     page at once, whatever run concurrency is set (the page row lock orders the writes anyway)."""
-    held = pages.leased_to(conn, [i.page_url for i in items], batch_key) if batch_key else None
+    urls = [i.page_url for i in items]
+    held = pages.leased_to(conn, urls, batch_key) if batch_key else None
     conn.commit()
+    got = pages.try_lock_many(conn, PAGE_LOCK_CLASS, [u for u in urls if held is None or u in held])
+    conn.commit()
+    busy = []
     for item in items:
         if held is not None and item.page_url not in held:
             yield Skipped(item.page_url, "its lease ended and another batch may hold the page")
-            continue
-        got = pages.try_lock(conn, PAGE_LOCK_CLASS, item.page_url)
-        conn.commit()
-        if not got:
+        elif item.page_url not in got:
             # A run whose lease ran out still works on it: hand the page back for a later batch.
-            if batch_key is not None:
-                _release(conn, item.page_url, batch_key)
+            busy.append(item.page_url)
             yield Skipped(item.page_url, "another run is applying this page")
-            continue
-        yield _Page(item)
+        else:
+            yield _Page(item)
+    _release(conn, busy, batch_key)
 
 
 def _unlock_all(conn) -> None:
@@ -157,19 +160,63 @@ def _unlock_all(conn) -> None:
         log.warning("could not release page locks: %s", exc)
 
 
-def _release(conn, page_url: str, batch_key: str | None) -> None:
-    if batch_key is None:
+def _release(conn, page_urls: list[str], batch_key: str | None) -> None:
+    if batch_key is None or not page_urls:
         return
     with conn.transaction():
-        pages.release(conn, page_url, batch_key)
+        pages.release_many(conn, page_urls, batch_key)
+
+
+def _take_sources(conn, work: list[_Page], max_page_bytes, retry) -> Iterator[Sourced | Failed]:
+    """The `pages` step for the batch: in one transaction, or page by page if that fails."""
+    if not work:
+        return
+    try:
+        results = indexing.take_newest_deliveries(conn, [p.item.page_url for p in work], max_page_bytes)
+        conn.commit()  # before reporting: no page lock is held while Dagster writes its events
+    except Exception as exc:  # noqa: BLE001 - done again page by page: only the page at fault fails
+        conn.rollback()
+        log.warning("taking %d sources at once failed (%s): page by page", len(work), exc)
+        for page in work:
+            yield from _take_source(conn, page, max_page_bytes, retry)
+        return
+    for page in work:
+        result = results[page.item.page_url]
+        if isinstance(result, Exception):
+            yield _fail(conn, page, "pages", classify(result), retry)
+        else:
+            page.source = result
+            yield Sourced(page.item.page_url, result)
+
+
+def _stage_all(conn, work: list[_Page], max_tokens, overlap_tokens, retry) -> Iterator[Staged | Failed]:
+    """The `chunks` step for the batch: in one transaction, or page by page if that fails."""
+    if not work:
+        return
+    try:
+        results = indexing.stage_many(conn, [p.item.page_url for p in work], max_tokens, overlap_tokens)
+        conn.commit()
+    except Exception as exc:  # noqa: BLE001
+        conn.rollback()
+        log.warning("staging %d pages at once failed (%s): page by page", len(work), exc)
+        for page in work:
+            yield from _stage(conn, page, max_tokens, overlap_tokens, retry)
+        return
+    for page in work:
+        result = results[page.item.page_url]
+        if isinstance(result, Exception):
+            yield _fail(conn, page, "chunks", classify(result), retry)
+            continue
+        staged, page.staged = result
+        page.stage_hash = staged.source_hash
+        yield Staged(page.item.page_url, staged, max_tokens, overlap_tokens)
 
 
 def take_sources(conn: psycopg.Connection, urls: Sequence[str], max_page_bytes: int,
                  retry: RetryPolicy) -> Iterator[Sourced | Failed]:
     """The `pages` step of a run over many partitions (a UI backfill): each page's newest queued
     delivery made its source, a page's failure recorded on its delivery and the others going on."""
-    for url in urls:
-        yield from _take_source(conn, _Page(WorkItem(url, None, 0)), max_page_bytes, retry)
+    yield from _take_sources(conn, [_Page(WorkItem(url, None, 0)) for url in urls], max_page_bytes, retry)
 
 
 def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget,
@@ -177,8 +224,7 @@ def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget,
     """The `chunks` step of a run over many partitions: each page's stored text cut anew."""
     max_tokens, overlap_tokens = chunk_budget(spaces.active(conn))
     conn.commit()
-    for url in urls:
-        yield from _stage(conn, _pending(conn, url)[0], max_tokens, overlap_tokens, retry)
+    yield from _stage_all(conn, [_pending(conn, url)[0] for url in urls], max_tokens, overlap_tokens, retry)
 
 
 def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: indexing.EmbedderFor,
@@ -189,6 +235,7 @@ def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: in
     for url in urls:
         page, source_hash = _pending(conn, url)
         page.staged = chunk_store.staged(conn, page_id(url), source_hash) if source_hash else []
+        page.stage_hash = source_hash
         work.append(page)
     active = spaces.active(conn)
     conn.commit()
@@ -228,6 +275,7 @@ def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Sta
         staged = indexing.stage_chunks(conn, url, max_tokens, overlap_tokens)
         page.staged = (chunk_store.staged(conn, page_id(url), staged.source_hash)
                        if staged.source_hash else [])
+        page.stage_hash = staged.source_hash
         conn.commit()
     except Exception as exc:  # noqa: BLE001
         conn.rollback()
@@ -238,10 +286,23 @@ def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Sta
 
 def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, retry) -> Iterator[Switched | Failed]:
     prepaid, failures = yield from _embed_shared(conn, live, embedder_for, active, retry)
-    for page in live:
-        if page.item.page_url not in failures:
+    todo = [p for p in live if p.item.page_url not in failures]
+    if not todo:
+        return
+    try:
+        results = indexing.switch_many(
+            conn, {p.item.page_url: (p.stage_hash, p.staged or []) for p in todo}, embedder_for, run_id, prepaid)
+        conn.commit()
+    except Exception as exc:  # noqa: BLE001 - done again page by page: only the page at fault fails
+        conn.rollback()
+        if not isinstance(exc, indexing.OneByOne):
+            log.warning("switching %d pages at once failed (%s): page by page", len(todo), exc)
+        for page in todo:
             yield _switch(conn, page, embedder_for, prepaid.get(page.item.page_url, indexing.Prepaid()),
                           run_id, retry)
+        return
+    for page in todo:
+        yield Switched(page.item.page_url, results[page.item.page_url])
 
 
 def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):

@@ -7,8 +7,8 @@ the switch at the end of `embed_and_switch` is the only moment search sees anyth
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import psycopg
 
@@ -40,31 +40,63 @@ class SourceResult:
 
 def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes: int) -> SourceResult:
     """Make the newest queued delivery of this page its source text; older queued ones are superseded."""
-    pid = page_id(page_url)
-    newest = deliveries.newest_queued(conn, page_url)
-    text = digest = None
-    if newest is not None:
-        if newest.normalized_text is not None:   # routing decoded, normalized and hashed it already
-            text = newest.normalized_text
-            digest = newest.normalized_hash or content_hash(text)    # queued before 015: no hash kept
-        else:                                    # queued before 009: only the body was kept
-            decoded = decode_stored(newest.body, newest.body_encoding, max_page_bytes)
-            text = normalize_markdown(decoded.text, configured_boilerplate_rules(), url=page_url)
-            digest = content_hash(text)
+    return _raised(take_newest_deliveries(conn, [page_url], max_page_bytes)[page_url])
+
+
+def take_newest_deliveries(conn: psycopg.Connection, page_urls: Sequence[str],
+                           max_page_bytes: int) -> dict[str, SourceResult | Exception]:
+    """`take_newest_delivery` for many pages: a read, a locking read and two writes for the whole
+    set, in one transaction. A page that cannot be taken gets its exception as its result; the
+    others are taken. Returns each page's result."""
+    urls = list(dict.fromkeys(page_urls))
+    newest = deliveries.newest_queued_many(conn, urls)
+    results: dict[str, SourceResult | Exception] = {}
+    texts: dict[str, tuple[str, str]] = {}
+    for url, delivery in newest.items():
+        if delivery.normalized_text is not None:   # routing decoded, normalized and hashed it already
+            # Queued before 015: no hash kept.
+            texts[url] = (delivery.normalized_text, delivery.normalized_hash or content_hash(delivery.normalized_text))
+            continue
+        try:                                       # queued before 009: only the body was kept
+            decoded = decode_stored(delivery.body, delivery.body_encoding, max_page_bytes)
+            text = normalize_markdown(decoded.text, configured_boilerplate_rules(), url=url)
+            texts[url] = (text, content_hash(text))
+        except Exception as exc:  # noqa: BLE001 - this page fails, the others are taken
+            results[url] = exc
     with conn.transaction():
-        page = pages.get(conn, page_url, for_update=True)
-        if page is None:
-            raise PageNotFound(f"no page row for {page_url}: was it ever delivered?")
-        superseded = 0
-        if newest is not None and newest.id > (page.applied_delivery_id or 0):
-            pages.set_source(conn, pid, text, digest, newest.id, newest.original_status)
-            superseded = deliveries.supersede_older(conn, page_url, newest.id)
-            return SourceResult("updated", digest, newest.id, len(text), superseded)
-        if page.source_hash is None:
-            return SourceResult("tombstoned" if page.deleted_at else "empty", None,
-                                page.applied_delivery_id, 0, superseded)
-        return SourceResult("current", page.source_hash, page.source_delivery_id,
-                            len(page.source_text or ""), superseded)
+        rows = pages.get_many(conn, urls, for_update=True)
+        updates, applied = [], []
+        for url in urls:
+            page = rows.get(url)
+            if url in results:
+                continue
+            if page is None:
+                results[url] = PageNotFound(f"no page row for {url}: was it ever delivered?")
+                continue
+            delivery = newest.get(url)
+            if delivery is not None and delivery.id > (page.applied_delivery_id or 0):
+                text, digest = texts[url]
+                updates.append((page.page_id, text, digest, delivery.id, delivery.original_status))
+                applied.append((url, delivery.id))
+                results[url] = SourceResult("updated", digest, delivery.id, len(text), 0)
+            elif page.source_hash is None:
+                results[url] = SourceResult("tombstoned" if page.deleted_at else "empty", None,
+                                            page.applied_delivery_id, 0, 0)
+            else:
+                results[url] = SourceResult("current", page.source_hash, page.source_delivery_id,
+                                            len(page.source_text or ""), 0)
+        pages.set_sources(conn, updates)
+        superseded = deliveries.supersede_older_many(conn, applied)
+    for url, n in superseded.items():
+        result = results[url]
+        results[url] = SourceResult(result.status, result.source_hash, result.delivery_id, result.chars, n)
+    return results
+
+
+def _raised(result):
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 @dataclass(frozen=True)
@@ -76,28 +108,49 @@ class StageResult:
 
 def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overlap_tokens: int) -> StageResult:
     """Chunk the stored source text (never the crawler: re-chunking needs no recrawl)."""
-    pid = page_id(page_url)
-    page = pages.get(conn, page_url)
-    if page is None:
-        raise PageNotFound(f"no page row for {page_url}")
-    # A tombstone clears source_hash; a later 200 sets it again (and the switch revives the page).
-    if page.source_hash is None or page.source_text is None:
-        with conn.transaction():
-            chunk_store.discard_staged(conn, pid)
-        return StageResult(None, 0, 0)
-    pieces = chunk_markdown(page.source_text, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    return _raised(stage_many(conn, [page_url], max_tokens, overlap_tokens)[page_url])[0]
+
+
+def stage_many(conn: psycopg.Connection, page_urls: Sequence[str], max_tokens: int, overlap_tokens: int,
+               ) -> dict[str, tuple[StageResult, list[chunk_store.StagedChunk]] | Exception]:
+    """`stage_chunks` for many pages: one read of their texts, the chunker in memory, one delete
+    and one COPY. A page that cannot be chunked gets its exception as its result; the others are
+    staged. Returns each page's result and the chunks staged for it."""
+    urls = list(dict.fromkeys(page_urls))
+    rows = pages.get_many(conn, urls)
     signature = chunker_signature(max_tokens, overlap_tokens)
-    staged = [
-        chunk_store.StagedChunk(
-            chunk_id=chunk_id(page_url, c.index), chunk_index=c.index, content=c.content,
-            embed_text=c.embed_text, embed_hash=embed_hash(c.embed_text),
-            token_count=c.token_count, chunker_version=signature,
-        )
-        for c in pieces
-    ]
+    results: dict[str, tuple[StageResult, list[chunk_store.StagedChunk]] | Exception] = {}
+    generations: dict = {}
+    discard = []
+    for url in urls:
+        page = rows.get(url)
+        if page is None:
+            results[url] = PageNotFound(f"no page row for {url}")
+            continue
+        # A tombstone clears source_hash; a later 200 sets it again (and the switch revives the page).
+        if page.source_hash is None or page.source_text is None:
+            discard.append(page.page_id)
+            results[url] = (StageResult(None, 0, 0), [])
+            continue
+        try:
+            pieces = chunk_markdown(page.source_text, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+        except Exception as exc:  # noqa: BLE001 - this page fails, the others are staged
+            results[url] = exc
+            continue
+        staged = [
+            chunk_store.StagedChunk(
+                chunk_id=chunk_id(url, c.index), chunk_index=c.index, content=c.content,
+                embed_text=c.embed_text, embed_hash=embed_hash(c.embed_text),
+                token_count=c.token_count, chunker_version=signature,
+            )
+            for c in pieces
+        ]
+        generations[page.page_id] = (page.source_hash, staged)
+        results[url] = (StageResult(page.source_hash, len(staged), sum(c.token_count for c in staged)), staged)
     with conn.transaction():
-        chunk_store.stage(conn, pid, page.source_hash, staged)
-    return StageResult(page.source_hash, len(staged), sum(c.token_count for c in staged))
+        chunk_store.discard_staged(conn, discard)
+        chunk_store.stage(conn, generations)
+    return results
 
 
 @dataclass(frozen=True)
@@ -210,6 +263,74 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
     )
 
 
+class OneByOne(RuntimeError):
+    """The set switch does not apply now (a space is being built, or the active space changed):
+    the pages are switched one by one, each on its own terms."""
+
+
+def switch_many(conn: psycopg.Connection, staged: Mapping[str, tuple[str, Sequence[chunk_store.StagedChunk]]],
+                embedder_for: EmbedderFor, run_id: str | None,
+                prepaid: Mapping[str, Prepaid]) -> dict[str, SwitchResult]:
+    """`embed_and_switch` for many pages whose texts the active space already holds (the batch
+    embedded them, shared): each page's one switch, all in one transaction, a statement per step
+    for the whole set. `staged`: page URL → (the source hash its chunks were cut from, the chunks).
+
+    All or nothing: a page that would go live without its vectors, or with no chunks for its
+    text, raises (IncompleteGeneration, RuntimeError), and OneByOne when a space is being built;
+    the caller rolls back and switches page by page, where a failure is the page's alone."""
+    space, _embedder = _space_for(conn, embedder_for, spaces.active(conn))
+    results: dict[str, SwitchResult] = {}
+    with conn.transaction():
+        chunk_store.hold_off_space_flip(conn)   # as in one page's switch: a flip waits, or has committed
+        written = spaces.maintained(conn)
+        if [s.space_id for s in written] != [space.space_id]:
+            raise OneByOne("a space is being built, or the active space changed: switching page by page")
+        locked = pages.get_many(conn, staged, for_update=True)
+        generations, marks, applied, ledger = {}, [], [], []
+        for url, (source_hash, chunks) in staged.items():
+            page = locked.get(url)
+            if page is None:
+                raise PageNotFound(f"no page row for {url}")
+            if page.source_hash is None:
+                results[url] = SwitchResult("tombstoned" if page.deleted_at else "nothing staged")
+                continue
+            if page.source_hash != source_hash:
+                # A newer delivery (content or tombstone) got in meanwhile: its own run applies it.
+                results[url] = SwitchResult("superseded", source_hash=source_hash, space_id=space.space_id)
+                continue
+            if not chunks:
+                if page.indexed_hash == page.source_hash:
+                    results[url] = SwitchResult("unchanged", source_hash=source_hash, space_id=space.space_id)
+                    continue
+                if (page.source_text or "").strip():
+                    raise RuntimeError(f"no staged chunks of {url} for source {source_hash[:12]}")
+            generations[page.page_id] = source_hash
+            paid = prepaid.get(url, Prepaid())
+            brought = paid.hashes & {c.embed_hash for c in chunks}
+            reused = sum(c.token_count for c in chunks if c.embed_hash not in brought)
+            changed = page.indexed_hash != page.source_hash
+            crawled = (page.source_delivery_id or 0) > (page.applied_delivery_id or 0)
+            marks.append((page.page_id, chunks[0].chunker_version if chunks else page.chunker_version,
+                          crawled or changed, changed))
+            if crawled and page.source_delivery_id is not None:
+                applied.append((url, page.source_delivery_id))
+            results[url] = SwitchResult(
+                "switched", chunks_total=len(chunks), chunks_embedded=len(brought), tokens_embedded=paid.tokens,
+                tokens_reused=reused, requests=paid.requests, truncated=paid.truncated, source_hash=source_hash,
+                space_id=space.space_id)
+        live = chunk_store.swap_in_many(conn, generations, space)
+        pages.mark_switched(conn, marks)
+        deliveries.mark_embedded_many(conn, applied)
+        deliveries.supersede_older_many(conn, applied)
+        for url, result in results.items():
+            if result.status == "switched":
+                result = results[url] = replace(result, chunks_total=live[locked[url].page_id])
+                ledger.append((url, result.chunks_total, result.chunks_embedded, result.tokens_embedded,
+                               result.tokens_reused, result.requests))
+        chunk_store.record_ledger(conn, space, run_id, ledger)
+    return results
+
+
 @dataclass(frozen=True)
 class _Spent:
     tokens: int = 0
@@ -311,15 +432,12 @@ def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: p
     # A new crawl verifies the page; a re-chunk of the stored text does not.
     crawled = (locked.source_delivery_id or 0) > (locked.applied_delivery_id or 0)
     signature = staged[0].chunker_version if staged else locked.chunker_version
-    pages.mark_switched(conn, pid, signature, verified=crawled or changed, changed=changed)
+    pages.mark_switched(conn, [(pid, signature, crawled or changed, changed)])
     if crawled and locked.source_delivery_id is not None:
-        deliveries.mark(conn, locked.source_delivery_id, "embedded", page_url=page_url)
-        deliveries.supersede_older(conn, page_url, locked.source_delivery_id)
-    chunk_store.record_ledger(
-        conn, run_id=run_id, page_url=page_url, space=space, chunks_total=live,
-        chunks_embedded=chunks_embedded, tokens_embedded=tokens_embedded,
-        tokens_reused=tokens_reused, requests=requests,
-    )
+        deliveries.mark_embedded_many(conn, [(page_url, locked.source_delivery_id)])
+        deliveries.supersede_older_many(conn, [(page_url, locked.source_delivery_id)])
+    chunk_store.record_ledger(conn, space, run_id, [
+        (page_url, live, chunks_embedded, tokens_embedded, tokens_reused, requests)])
     return SwitchResult(
         "switched", chunks_total=live, chunks_embedded=chunks_embedded, tokens_embedded=tokens_embedded,
         tokens_reused=tokens_reused, requests=requests, truncated=truncated, source_hash=page.source_hash,

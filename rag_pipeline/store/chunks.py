@@ -28,21 +28,19 @@ class StagedChunk:
     chunker_version: str
 
 
-def stage(conn: psycopg.Connection, page_id: UUID, source_hash: str,
-          chunks: Sequence[StagedChunk]) -> None:
-    """Replace whatever was staged for this page by the generation of `source_hash`."""
-    conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (page_id,))
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO staged_chunks (page_id, source_hash, chunk_index, chunk_id, content,"
-            " embed_text, embed_hash, token_count, chunker_version)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [
-                (page_id, source_hash, c.chunk_index, c.chunk_id, c.content, c.embed_text,
-                 c.embed_hash, c.token_count, c.chunker_version)
-                for c in chunks
-            ],
-        )
+def stage(conn: psycopg.Connection, generations: dict[UUID, tuple[str, Sequence[StagedChunk]]]) -> None:
+    """Replace what was staged for these pages by their new generations: page_id → (source_hash, chunks), one DELETE and one COPY."""
+    if not generations:
+        return
+    conn.execute("DELETE FROM staged_chunks WHERE page_id = ANY(%s)", (list(generations),))
+    with conn.cursor() as cur, cur.copy(
+        "COPY staged_chunks (page_id, source_hash, chunk_index, chunk_id, content, embed_text, embed_hash,"
+        " token_count, chunker_version) FROM STDIN"
+    ) as copy:
+        for page_id, (source_hash, chunks) in generations.items():
+            for c in chunks:
+                copy.write_row((page_id, source_hash, c.chunk_index, c.chunk_id, c.content, c.embed_text,
+                                c.embed_hash, c.token_count, c.chunker_version))
 
 
 def staged(conn: psycopg.Connection, page_id: UUID, source_hash: str) -> list[StagedChunk]:
@@ -54,9 +52,11 @@ def staged(conn: psycopg.Connection, page_id: UUID, source_hash: str) -> list[St
     return [StagedChunk(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6]) for r in rows]
 
 
-def discard_staged(conn: psycopg.Connection, page_id: UUID) -> None:
-    """A staged generation that will never switch in (its page lost its source: a tombstone)."""
-    conn.execute("DELETE FROM staged_chunks WHERE page_id = %s", (page_id,))
+def discard_staged(conn: psycopg.Connection, page_ids: UUID | Sequence[UUID]) -> None:
+    """Staged generations that will never switch in (their page lost its source: a tombstone)."""
+    ids = [page_ids] if isinstance(page_ids, UUID) else list(page_ids)
+    if ids:
+        conn.execute("DELETE FROM staged_chunks WHERE page_id = ANY(%s)", (ids,))
 
 
 def count_without_text(conn: psycopg.Connection) -> int:
@@ -177,12 +177,64 @@ def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Sp
     return live
 
 
-def record_ledger(conn: psycopg.Connection, *, run_id: str | None, page_url: str, space: Space,
-                  chunks_total: int, chunks_embedded: int, tokens_embedded: int,
-                  tokens_reused: int, requests: int) -> None:
+def swap_in_many(conn: psycopg.Connection, generations: dict[UUID, str], space: Space) -> dict[UUID, int]:
+    """`swap_in` for many pages at once (page_id → the source_hash staged), into the active space
+    only (no space is being built): a statement per step for the whole set. Raises
+    IncompleteGeneration, naming the page, if any page would go live without all its vectors (the
+    caller rolls back and switches page by page). Returns each page's live chunks."""
+    if not generations:
+        return {}
+    ids, hashes = list(generations), list(generations.values())
+    pages_sql = "unnest(%(ids)s::uuid[], %(hashes)s::text[]) AS p (page_id, source_hash)"
+    params = {"ids": ids, "hashes": hashes, "space": space.space_id}
+    expected = dict(conn.execute(
+        f"SELECT s.page_id, count(*) FROM staged_chunks s JOIN {pages_sql}"
+        " ON s.page_id = p.page_id AND s.source_hash = p.source_hash GROUP BY s.page_id", params).fetchall())
     conn.execute(
-        "INSERT INTO embedding_ledger (run_id, page_url, space_id, chunks_total, chunks_embedded,"
-        " tokens_embedded, tokens_reused, requests) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (run_id, page_url, space.space_id, chunks_total, chunks_embedded, tokens_embedded,
-         tokens_reused, requests),
-    )
+        f"DELETE FROM chunks c USING {pages_sql} WHERE c.page_id = p.page_id AND NOT EXISTS ("
+        " SELECT 1 FROM staged_chunks s WHERE s.page_id = c.page_id AND s.source_hash = p.source_hash"
+        " AND s.chunk_id = c.chunk_id)", params)
+    conn.execute(
+        "INSERT INTO chunks (chunk_id, page_id, chunk_index, content, embed_text, embed_hash, token_count,"
+        " chunker_version)"
+        " SELECT s.chunk_id, s.page_id, s.chunk_index, s.content, s.embed_text, s.embed_hash, s.token_count,"
+        "        s.chunker_version"
+        f" FROM staged_chunks s JOIN {pages_sql} ON s.page_id = p.page_id AND s.source_hash = p.source_hash"
+        " ON CONFLICT (chunk_id) DO UPDATE SET chunk_index = excluded.chunk_index,"
+        "   content = excluded.content, embed_text = excluded.embed_text, embed_hash = excluded.embed_hash,"
+        "   token_count = excluded.token_count, chunker_version = excluded.chunker_version"
+        " WHERE (chunks.chunk_index, chunks.embed_hash, chunks.content, chunks.chunker_version, chunks.embed_text)"
+        "   IS DISTINCT FROM (excluded.chunk_index, excluded.embed_hash, excluded.content,"
+        "                     excluded.chunker_version, excluded.embed_text)", params)
+    conn.execute(
+        "INSERT INTO space_vectors (chunk_id, space_id, embed_hash, embedding)"
+        " SELECT c.chunk_id, v.space_id, c.embed_hash, v.embedding FROM chunks c"
+        " JOIN vectors v ON v.space_id = %(space)s AND v.embed_hash = c.embed_hash WHERE c.page_id = ANY(%(ids)s)"
+        " ON CONFLICT (chunk_id, space_id) DO UPDATE SET embed_hash = excluded.embed_hash,"
+        "   embedding = excluded.embedding WHERE space_vectors.embed_hash <> excluded.embed_hash", params)
+    live = {page_id: (n, searchable) for page_id, n, searchable in conn.execute(
+        "SELECT c.page_id, count(*), count(sv.chunk_id) FROM chunks c LEFT JOIN space_vectors sv"
+        " ON sv.chunk_id = c.chunk_id AND sv.space_id = %(space)s AND sv.embed_hash = c.embed_hash"
+        " WHERE c.page_id = ANY(%(ids)s) GROUP BY c.page_id", params).fetchall()}
+    for page_id in ids:
+        n, searchable = live.get(page_id, (0, 0))
+        if n != expected.get(page_id, 0) or searchable != n:
+            raise IncompleteGeneration(
+                f"page {page_id}: {expected.get(page_id, 0)} staged chunks, {n} live after the swap, "
+                f"{searchable} with a vector; a vector is missing from space {space.space_id}")
+    conn.execute("DELETE FROM staged_chunks WHERE page_id = ANY(%s)", (ids,))
+    return {page_id: live.get(page_id, (0, 0))[0] for page_id in ids}
+
+
+def record_ledger(conn: psycopg.Connection, space: Space, run_id: str | None,
+                       rows: list[tuple[str, int, int, int, int, int]]) -> None:
+    """What each page switch cost and saved: (page_url, chunks_total, chunks_embedded, tokens_embedded,
+    tokens_reused, requests) each, in one COPY."""
+    with conn.cursor() as cur, cur.copy(
+        "COPY embedding_ledger (run_id, page_url, space_id, chunks_total, chunks_embedded, tokens_embedded,"
+        " tokens_reused, requests) FROM STDIN"
+    ) as copy:
+        for row in rows:
+            copy.write_row((run_id, row[0], space.space_id, *row[1:]))
+
+

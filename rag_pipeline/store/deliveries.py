@@ -35,6 +35,7 @@ class Delivery:
     received_at: datetime
     normalized_text: str | None = None
     normalized_hash: str | None = None     # its content hash, taken by routing
+    page_url: str | None = None             # the page routing filed it under
 
 
 _COLUMNS = "id, rid, url, pushed_url, crawler_status, original_status, body, body_encoding, received_at"
@@ -99,6 +100,19 @@ def newest_queued(conn: psycopg.Connection, page_url: str) -> Delivery | None:
         return cur.fetchone()
 
 
+def newest_queued_many(conn: psycopg.Connection, page_urls: list[str]) -> dict[str, Delivery]:
+    """`newest_queued` of each of these pages, in one statement."""
+    with conn.cursor(row_factory=class_row(Delivery)) as cur:
+        cur.execute(
+            "SELECT DISTINCT ON (page_url) id, rid, url, pushed_url, crawler_status, original_status,"
+            " CASE WHEN normalized_text IS NULL THEN body ELSE ''::bytea END AS body, body_encoding,"
+            " received_at, normalized_text, normalized_hash, page_url FROM deliveries"
+            " WHERE page_url = ANY(%s) AND outcome = 'queued' ORDER BY page_url, id DESC",
+            (page_urls,),
+        )
+        return {d.page_url: d for d in cur.fetchall()}
+
+
 def has_queued(conn: psycopg.Connection, page_url: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM deliveries WHERE page_url = %s AND outcome = 'queued' LIMIT 1", (page_url,)
@@ -115,6 +129,35 @@ def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int)
         (page_url, newer_than_id),
     )
     return cur.rowcount
+
+
+def supersede_older_many(conn: psycopg.Connection, applied: list[tuple[str, int]]) -> dict[str, int]:
+    """`supersede_older` for many (page_url, delivery id) pairs in one statement; returns how many
+    deliveries each page had superseded."""
+    if not applied:
+        return {}
+    urls, ids = (list(c) for c in zip(*applied))
+    rows = conn.execute(
+        "WITH done AS (UPDATE deliveries d SET outcome = 'superseded', retry_at = NULL, normalized_text = NULL,"
+        "   normalized_hash = NULL FROM unnest(%s::text[], %s::bigint[]) AS n (url, id)"
+        "   WHERE d.page_url = n.url AND d.outcome IN ('queued', 'failed') AND d.id < n.id RETURNING d.page_url)"
+        " SELECT page_url, count(*) FROM done GROUP BY page_url",
+        (urls, ids),
+    ).fetchall()
+    return {url: n for url, n in rows}
+
+
+def mark_embedded_many(conn: psycopg.Connection, applied: list[tuple[str, int]]) -> None:
+    """`mark(.., "embedded")` for many (page_url, delivery id) pairs: their content is searchable."""
+    if not applied:
+        return
+    urls, ids = (list(c) for c in zip(*applied))
+    conn.execute(
+        "UPDATE deliveries d SET processed_at = coalesce(d.processed_at, now()), outcome = 'embedded',"
+        " page_url = n.url, normalized_text = NULL, normalized_hash = NULL, applied_at = now()"
+        " FROM unnest(%s::text[], %s::bigint[]) AS n (url, id) WHERE d.id = n.id",
+        (urls, ids),
+    )
 
 
 def record_run_failure(conn: psycopg.Connection, delivery_id: int, attempt: int, error: str, *,

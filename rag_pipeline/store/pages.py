@@ -47,6 +47,15 @@ def get(conn: psycopg.Connection, url: str, *, for_update: bool = False) -> Page
         return cur.fetchone()
 
 
+def get_many(conn: psycopg.Connection, urls, *, for_update: bool = False) -> dict[str, Page]:
+    """The rows of these pages, by URL; `for_update` locks them in URL order (two batches that
+    share pages take their locks in the same order: no deadlock)."""
+    lock = " ORDER BY url FOR UPDATE" if for_update else ""
+    with conn.cursor(row_factory=class_row(Page)) as cur:
+        cur.execute(f"SELECT {_COLUMNS} FROM pages WHERE url = ANY(%s){lock}", (list(urls),))
+        return {page.url: page for page in cur.fetchall()}
+
+
 def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | None = None, *,
            site: str | None = None, shard: int | None = None, discovered_by: str = "delivery") -> None:
     """A page row for `url`; `crawl_url` is the URL as the crawler fetched it (http stays http),
@@ -125,6 +134,23 @@ def set_source(conn: psycopg.Connection, page_id: UUID, text: str, source_hash: 
     )
 
 
+def set_sources(conn: psycopg.Connection,
+                rows: list[tuple[UUID, str, str, int, int | None]]) -> None:
+    """`set_source` for many pages in one statement: (page_id, text, source_hash, delivery_id,
+    original_status) each."""
+    if not rows:
+        return
+    ids, texts, hashes, delivery_ids, statuses = (list(c) for c in zip(*rows))
+    conn.execute(
+        "UPDATE pages p SET source_text = n.text, source_hash = n.hash, source_delivery_id = n.delivery_id,"
+        " original_status = n.status, last_crawled_at = now()"
+        " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bigint[], %s::integer[])"
+        "   AS n (page_id, text, hash, delivery_id, status)"
+        " WHERE p.page_id = n.page_id",
+        (ids, texts, hashes, delivery_ids, statuses),
+    )
+
+
 def counts(conn: psycopg.Connection) -> dict[str, int]:
     row = conn.execute(
         "SELECT count(*) FILTER (WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL),"
@@ -175,10 +201,10 @@ def leased_to(conn: psycopg.Connection, page_urls: list[str], batch_key: str) ->
     return {r[0] for r in rows}
 
 
-def release(conn: psycopg.Connection, page_url: str, batch_key: str) -> None:
-    """The batch is done with this page: a newer delivery may go into the next batch at once."""
-    conn.execute("UPDATE pages SET leased_until = NULL WHERE url = %s AND batch_key = %s",
-                 (page_url, batch_key))
+def release_many(conn: psycopg.Connection, page_urls: list[str], batch_key: str) -> None:
+    if page_urls:
+        conn.execute("UPDATE pages SET leased_until = NULL WHERE url = ANY(%s) AND batch_key = %s",
+                     (page_urls, batch_key))
 
 
 def release_batch(conn: psycopg.Connection, batch_key: str) -> list[str]:
@@ -205,23 +231,34 @@ def outdated_work(conn: psycopg.Connection, signature: str, limit: int) -> list[
 
 # -- per-page advisory locks: two batch runs never apply one page at once ------------------------
 
-def try_lock(conn: psycopg.Connection, lock_class: int, page_url: str) -> bool:
-    """A session advisory lock on the page (held until `unlock_all`), or False if another holds it."""
-    return conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (lock_class, page_url)).fetchone()[0]
+def try_lock_many(conn: psycopg.Connection, lock_class: int, page_urls: list[str]) -> set[str]:
+    """`try_lock` for many pages in one statement; returns the pages locked."""
+    if not page_urls:
+        return set()
+    rows = conn.execute(
+        "SELECT u FROM unnest(%s::text[]) WITH ORDINALITY AS t (u, n)"
+        " WHERE pg_try_advisory_lock(%s, hashtext(u)) ORDER BY n",
+        (page_urls, lock_class),
+    ).fetchall()
+    return {r[0] for r in rows}
 
 
 def unlock_all(conn: psycopg.Connection) -> None:
     conn.execute("SELECT pg_advisory_unlock_all()")
 
 
-def mark_switched(conn: psycopg.Connection, page_id: UUID, chunker_version: str | None, *,
-                  verified: bool, changed: bool) -> None:
-    """The switch's page row: the index now shows the source (caller holds the row lock)."""
+def mark_switched(conn: psycopg.Connection, rows: list[tuple[UUID, str | None, bool, bool]]) -> None:
+    """The switch's page rows: the index now shows their source (caller holds the row locks).
+    (page_id, chunker_version, verified, changed) each."""
+    if not rows:
+        return
+    ids, versions, verified, changed = (list(c) for c in zip(*rows))
     conn.execute(
-        "UPDATE pages SET indexed_hash = source_hash, chunker_version = %s, deleted_at = NULL,"
-        " last_verified_at = CASE WHEN %s THEN now() ELSE last_verified_at END,"
-        " last_changed_at = CASE WHEN %s THEN now() ELSE last_changed_at END,"
-        " applied_delivery_id = greatest(applied_delivery_id, source_delivery_id)"
-        " WHERE page_id = %s",
-        (chunker_version, verified, changed, page_id),
+        "UPDATE pages p SET indexed_hash = p.source_hash, chunker_version = n.version, deleted_at = NULL,"
+        " last_verified_at = CASE WHEN n.verified THEN now() ELSE p.last_verified_at END,"
+        " last_changed_at = CASE WHEN n.changed THEN now() ELSE p.last_changed_at END,"
+        " applied_delivery_id = greatest(p.applied_delivery_id, p.source_delivery_id)"
+        " FROM unnest(%s::uuid[], %s::text[], %s::boolean[], %s::boolean[]) AS n (page_id, version, verified, changed)"
+        " WHERE p.page_id = n.page_id",
+        (ids, versions, verified, changed),
     )

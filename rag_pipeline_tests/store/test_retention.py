@@ -255,8 +255,8 @@ def test_unused_vectors_are_kept_a_while_and_never_one_a_chunk_uses(conn):
     staged_page = "https://example.com/staged"
     pages.ensure(conn, page_id(staged_page), staged_page)
     staged = b"\x02" * 32
-    chunk_store.stage(conn, page_id(staged_page), "h", [chunk_store.StagedChunk(
-        uuid.uuid4(), 0, "staged text", "staged text", staged, 2, "test")])
+    chunk_store.stage(conn, {page_id(staged_page): ("h", [chunk_store.StagedChunk(
+        uuid.uuid4(), 0, "staged text", "staged text", staged, 2, "test")])})
     chunk_store.cache_vectors(conn, active, [(staged, [1.0] * DIMS, 2)])
 
     # First prune: nothing is old enough to go; each unused vector's clock starts now.
