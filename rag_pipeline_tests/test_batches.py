@@ -207,8 +207,10 @@ def test_a_tick_past_its_routing_budget_sends_what_it_routed_and_leaves_the_rest
     """A tick must end within the daemon's 60 s: past ROUTE_BUDGET_S routing stops (after one chunk
     of 25), the pages it routed go into runs at once, and the next tick routes on from there."""
     from rag_pipeline.defs.index import sensors
+    from rag_pipeline.ingest import routing
 
     base, fake, pipeline = stack
+    monkeypatch.setattr(routing, "ROUTE_CHUNK", 25)
     for n in range(40):
         deliver(base, url(n), page(n))
     monkeypatch.setattr(sensors, "ROUTE_BUDGET_S", 0.0)

@@ -71,6 +71,12 @@ def clear(conn: psycopg.Connection, url: str) -> None:
     )
 
 
+def aliases_among(conn: psycopg.Connection, urls: list[str]) -> set[str]:
+    """Which of these URLs are aliases now (what `clear` would change)."""
+    rows = conn.execute("SELECT url FROM pages WHERE url = ANY(%s) AND alias_of IS NOT NULL", (urls,)).fetchall()
+    return {r[0] for r in rows}
+
+
 def alias_of(conn: psycopg.Connection, url: str) -> str | None:
     row = conn.execute("SELECT alias_of FROM pages WHERE url = %s", (url,)).fetchone()
     return row[0] if row else None

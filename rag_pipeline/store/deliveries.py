@@ -120,6 +120,14 @@ def has_queued(conn: psycopg.Connection, page_url: str) -> bool:
     return row is not None
 
 
+def queued_among(conn: psycopg.Connection, page_urls: list[str]) -> set[str]:
+    """Which of these pages have a queued delivery (`has_queued` for many, in one statement)."""
+    rows = conn.execute(
+        "SELECT DISTINCT page_url FROM deliveries WHERE page_url = ANY(%s) AND outcome = 'queued'",
+        (page_urls,)).fetchall()
+    return {r[0] for r in rows}
+
+
 def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int) -> int:
     """Queued or failed deliveries older than the one applied will never be applied themselves
     (a failed one's pending retry is cancelled with it)."""

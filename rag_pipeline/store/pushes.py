@@ -94,6 +94,21 @@ def in_flight(conn: psycopg.Connection, page_urls: list[str]) -> tuple[str | Non
     return (row[0], row[1]) if row else (None, None)
 
 
+def pushed_many(conn: psycopg.Connection, rids: list[str]) -> dict[str, tuple[str, datetime]]:
+    """`pushed` for many rids in one statement: rid → (the URL pushed, when), for rids we pushed."""
+    rows = conn.execute("SELECT rid, url, pushed_at FROM pushes WHERE rid = ANY(%s)", (rids,)).fetchall()
+    return {rid: (url, at) for rid, url, at in rows}
+
+
+def in_flight_many(conn: psycopg.Connection, page_urls: list[str]) -> dict[str, tuple[str, datetime]]:
+    """`in_flight` of each of these pages on its own, in one statement: page → (URL, when)."""
+    rows = conn.execute(
+        "SELECT DISTINCT ON (page_url) page_url, url, pushed_at FROM pushes"
+        " WHERE result = 'pending' AND page_url = ANY(%s) ORDER BY page_url, pushed_at DESC",
+        (page_urls,)).fetchall()
+    return {page: (url, at) for page, url, at in rows}
+
+
 # How far back `undelivered` (the pushes_delivered check) looks for a push's delivery; retention
 # never deletes a push, or a delivery of a push, younger than this.
 UNDELIVERED_WINDOW_S = 7 * 86400
