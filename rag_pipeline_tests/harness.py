@@ -61,6 +61,15 @@ class Pipeline:
         self.defs = defs
         self.job = defs.resolve_job_def("index_batch")
         self.cursor: str | None = None
+        self.snapshot_cursor: str | None = None
+
+    def snapshot(self) -> dg.SensorResult:
+        """Evaluate index_snapshot_sensor as the daemon does: its `index` event recorded."""
+        result = evaluate_sensor(self.defs, "index_snapshot_sensor", self.instance, cursor=self.snapshot_cursor)
+        self.snapshot_cursor = result.cursor if result.cursor is not None else self.snapshot_cursor
+        for event in result.asset_events or []:
+            self.instance.report_runless_asset_event(event)
+        return result
 
     def tick(self, *, execute: bool = True, expect_success: bool = True) -> Tick:
         result = evaluate_sensor(self.defs, "delivery_sensor", self.instance, cursor=self.cursor)

@@ -53,3 +53,14 @@ def snapshot(conn: psycopg.Connection, since: datetime, until: datetime) -> dict
         "verified_age_p95_minutes": round(float(p95) / 60, 1) if p95 is not None else 0.0,
     }
     return figures
+
+
+def first_delivery_at(conn: psycopg.Connection) -> datetime | None:
+    """When the oldest delivery kept arrived: where the first snapshot's period starts."""
+    row = conn.execute("SELECT received_at FROM deliveries ORDER BY id LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def any_switched(conn: psycopg.Connection) -> bool:
+    """Whether any page switch happened yet (the ledger records every one)."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM embedding_ledger)").fetchone()[0]

@@ -27,9 +27,11 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
               EMBEDDING_PRICE_PER_MTOK="0.5")
     with dg.instance_for_test() as instance:
         pipeline = Pipeline(instance, load_defs())
+        assert pipeline.snapshot().skip_reason.skip_message == "no page is searchable yet"   # not all zeros
         for url in (A, B, D):
             put(conn, url, f"# {url}\n\nThe first version of {url}, with a few words of its own.")
         pipeline.tick()
+        pipeline.snapshot()
         # A recrawl: A unchanged, B changed, D gone, a crawler failure, and a redirect to a new page.
         put(conn, A, f"# {A}\n\nThe first version of {A}, with a few words of its own.")
         put(conn, B, f"# {B}\n\nThe second version of {B}, changed.")
@@ -37,7 +39,9 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
         put(conn, A, "", status=503, crawler=503)
         put(conn, E, f"# {E}\n\nThe page the old address redirects to.", pushed=OLD)
         pipeline.tick()
-        pipeline.tick()   # records the period in which the recrawl was applied
+        pipeline.snapshot()
+        pipeline.tick()
+        pipeline.snapshot()   # records the period in which the recrawl was applied
 
         records = instance.fetch_materializations(dg.AssetKey("index"), limit=100).records
         figures = [r.asset_materialization.metadata for r in reversed(records)]   # oldest first

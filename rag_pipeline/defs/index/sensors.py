@@ -9,7 +9,7 @@ from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch import index_batch, pages_of, request_batches
 from rag_pipeline.defs.index.bulk_index import index_upkeep, space_index
 from rag_pipeline.defs.index.events import write_runless
-from rag_pipeline.defs.index.index_view import snapshot_event
+from rag_pipeline.defs.index.index_view import index_snapshot_sensor_every
 from rag_pipeline.defs.index.metadata import crawl_events
 from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.core.sites import partition_set
@@ -49,10 +49,6 @@ def delivery_sensor_every(interval_s: int) -> dg.SensorDefinition:
 def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
                     settings: SettingsResource) -> dg.SensorResult:
     current = settings.get()
-    now = datetime.now(UTC)
-    # The cursor: when the `index` asset was last recorded (epoch seconds).
-    last = float(context.cursor) if context.cursor else None
-    due = last is None or now.timestamp() - last >= current.index_snapshot_every_s
     with postgres.connect() as conn:
         routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes,
                              rules=boilerplate_rules(current.boilerplate_rules),
@@ -70,14 +66,10 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         requests = request_batches(conn, work, current)
         # Around a bulk load: the HNSW index makes way while a large backlog is written.
         rebuild, upkeep = index_upkeep(context.instance, conn, current)
-        since = (datetime.fromtimestamp(last, UTC) if last is not None
-                 else now - timedelta(seconds=current.index_snapshot_every_s))
-        events = [snapshot_event(conn, current, since, now)] if due else []
         urls = sorted({url for r in requests for url in pages_of(r)})
         settled_urls = {s.page_url for s in routed.settled} | set(routed.redirects)
         located = pages.locations(conn, [*urls, *settled_urls]) if urls or settled_urls else {}
         conn.commit()
-    cursor = str(now.timestamp()) if due else context.cursor
     if upkeep:
         context.log.info(upkeep)
     if rebuild is not None:
@@ -91,9 +83,6 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         add_partitions(context.instance, sorted({e.partition for e in told}), located)
         write_runless(context.instance, told)
     if not routed.routed and not requests:
-        if events:
-            return dg.SensorResult(asset_events=events, cursor=cursor, skip_reason=dg.SkipReason(
-                "no new deliveries; the `index` asset recorded"))
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
     # Added here, in one upsert per partition set, before any run of them starts. (A
     # dynamic_partitions_request would have the daemon look each key up on its own connection
@@ -108,7 +97,7 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
     settled = None if requests else dg.SkipReason(
         "routed " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(routed.outcomes.items()))
         + "; no page needs a run" + budget)
-    return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor, skip_reason=settled)
+    return dg.SensorResult(run_requests=requests, skip_reason=settled)
 
 
 def add_partitions(instance: dg.DagsterInstance, urls: list[str], located: dict) -> None:
@@ -176,4 +165,4 @@ def rechunk_sensor(
 @dg.definitions
 def defs() -> dg.Definitions:
     return dg.Definitions(sensors=[delivery_sensor_every(at_load("delivery_interval_s")), delivery_failure_sensor,
-                                   rechunk_sensor])
+                                   rechunk_sensor, index_snapshot_sensor_every(at_load("index_snapshot_every_s"))])
