@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import openai
 
 from rag_pipeline.core.retrying import Backoff
@@ -245,15 +246,18 @@ class OpenAIEmbedder:
             index = item.index
             if not isinstance(index, int) or not 0 <= index < expected or index in by_index:
                 raise EmbeddingError(f"embedding server returned a bad or duplicate index {index!r}")
-            vector = [float(x) for x in item.embedding]
-            if len(vector) != self.dimensions:
+            try:   # numpy: a Python loop over every float costs ~1 ms a page at bulk-load rates
+                vector = np.asarray(item.embedding, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise EmbeddingError(f"embedding server returned a non-numeric vector: {exc}") from None
+            if vector.ndim != 1 or len(vector) != self.dimensions:
                 raise EmbeddingError(
-                    f"embedding server returned {len(vector)} dimensions, expected {self.dimensions} for {self.model}"
+                    f"embedding server returned {vector.size} dimensions, expected {self.dimensions} for {self.model}"
                 )
-            norm = math.sqrt(sum(x * x for x in vector))
+            norm = math.sqrt(float(vector @ vector))
             if not math.isfinite(norm) or norm == 0.0:
                 raise EmbeddingError("embedding server returned a zero or non-finite vector")
-            by_index[index] = [x / norm for x in vector]
+            by_index[index] = (vector / norm).tolist()
         usage = getattr(response, "usage", None)
         total = getattr(usage, "total_tokens", None) if usage is not None else None
         # Some compatible servers omit usage or report 0: then our own cl100k count stands in.
