@@ -236,6 +236,8 @@ def base_env(database_url: str, rag_home: Path, fake_url: str, code: Path) -> di
         "DATABASE_URL": database_url, "RAG_HOME": str(rag_home), "EMBEDDING_PROVIDER": "openai",
         "OPENAI_API_KEY": "sk-bench", "OPENAI_BASE_URL": fake_url, "EMBEDDING_DIMENSIONS": str(DIMENSIONS),
         "WEBHOOK_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1",
+        # The bench plays the crawler: its deliveries answer no push recorded here.
+        "WEBHOOK_ACCEPT_UNSOLICITED": "true",
     })
     return env
 
