@@ -756,6 +756,8 @@ class DagsterStats:
     event_rows: int                  # every event_logs row written during the phase
     event_rows_batch: int            # rows of the phase's index_batch runs
     events_by_type: Counter
+    event_bytes: int = 0             # the rows' stored size (pg_column_size of each row)
+    materialization_bytes: float = 0.0   # the mean stored size of an ASSET_MATERIALIZATION row
     log_timeline: list[str] = field(default_factory=list)
 
 
@@ -772,12 +774,16 @@ def dagster_stats(dagster_url: str, before_runs: set[str], before_event_id: int,
         for t in timelines:
             if t.run_id in by_run:
                 t.tick_at = by_run[t.run_id].get("timestamp")
-        event_rows = dconn.execute("SELECT count(*) FROM event_logs WHERE id > %s", (before_event_id,)).fetchone()[0]
+        event_rows, event_bytes, materialization_bytes = dconn.execute(
+            "SELECT count(*), coalesce(sum(pg_column_size(e.*)), 0),"
+            " coalesce(avg(pg_column_size(e.*)) FILTER (WHERE dagster_event_type = 'ASSET_MATERIALIZATION'), 0)"
+            " FROM event_logs e WHERE id > %s", (before_event_id,)).fetchone()
         batch = [t for t in timelines if t.job == "index_batch"]
         by_type = Counter()
         for t in batch:
             by_type.update(t.events)
-    return DagsterStats(dict(runs), batch, ticks, event_rows, sum(by_type.values()), by_type)
+    return DagsterStats(dict(runs), batch, ticks, event_rows, sum(by_type.values()), by_type, event_bytes=int(event_bytes),
+                        materialization_bytes=float(materialization_bytes))
 
 
 def dagster_marks(dagster_url: str) -> tuple[set[str], int]:
@@ -1105,6 +1111,8 @@ def print_dagster_runs(stats: DagsterStats, phase: PhaseResult) -> dict[str, flo
           f"runs = {stats.event_rows_batch / pages_total:.2f} per page applied "
           f"({stats.event_rows / pages_total:.2f} per page counting every row)")
     print("    by type: " + ", ".join(f"{k} {v}" for k, v in stats.events_by_type.most_common()))
+    print(f"  event_logs bytes: {stats.event_bytes:,} written in the phase = {stats.event_bytes / pages_total:,.0f} "
+          f"per page applied; a materialization row {stats.materialization_bytes:,.0f} bytes on average")
     print("  index_batch runs (seconds after the first POST; a materialization's time is when it was written,"
           " which is a flush when events are written in batches):")
     print("    pages    tick enqueued starting RUN_START STEP_START first-MAT  last-MAT STEP_END  RUN_END"

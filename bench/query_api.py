@@ -10,8 +10,20 @@ clients (`--clients`, one thread and one HTTP connection each) send `--requests`
 Any answer but 200 is counted and fails the run. Last line:
 `QUERY_API search p95=…ms ask p95=…ms at N chunks, C clients`.
 
+`--hostile` (issue 28, point 4) measures instead what one costly question costs and whether it
+shuts others out. The pages' paragraphs are words of a vocabulary of 20,000 made-up words drawn by
+Zipf's law (as words of prose are), so most words are rare; `--pages 2500` makes 50,000 chunks.
+The hostile question is 280 distinct words (1,960 characters: the API takes 2,000 at most) that
+PostgreSQL's statistics do not list as common, the ones that match the most passages among those:
+the worst a client can send when rare words count most. Sent one at a time (`lexical`, `hybrid`)
+against a normal question; then 4 at once (the query API's pool: QUERY_API_POOL_SIZE=4, one
+`serve` process) with a normal question sent meanwhile. Last line:
+`HOSTILE_QUERY p50_ms=… max_ms=… normal_during_ms=… status_codes=…` (hostile requests one at a
+time, both modes; the normal request's time and every status of the concurrent round).
+
     .venv/bin/python bench/query_api.py [--pages 1000] [--chunks-per-page 20] [--clients 1,4,16]
         [--requests 1000] [--workers 2] [--mode vector|lexical|hybrid]
+    .venv/bin/python bench/query_api.py --hostile --pages 2500 --workers 1
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from bench.database import bench_database  # noqa: E402
-from bench.search_quality import load, pct  # noqa: E402
+from bench.loading import apply_pages  # noqa: E402
+from bench.search_quality import PAGES_PER_BATCH, load, pct  # noqa: E402
 from rag_pipeline.embedders.hash_embedder import HashEmbedder  # noqa: E402
 from rag_pipeline.query.retrieval import retrieve  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
@@ -110,6 +123,137 @@ def hammer(base: str, path: str, bodies: list[dict], clients: int, total: int) -
     return latencies, statuses, time.perf_counter() - started
 
 
+# --hostile: a vocabulary of made-up words, drawn by Zipf's law.
+VOCABULARY = 20_000
+WORDS_PER_PARAGRAPH = 12
+HOSTILE_WORDS = 280
+
+
+def vocabulary(seed: int) -> list[str]:
+    """Distinct words of three consonant-vowel syllables (`kotamu`): each its own lexeme, mostly."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aiou"]
+    words: set[str] = set()
+    while len(words) < VOCABULARY:
+        words.add("".join(rng.choice(syllables) for _ in range(3)))
+    return sorted(words)
+
+
+def prose_pages(pages: int, per_page: int, words: list[str], seed: int):
+    """Pages of paragraphs `Paragraph i of page n: w1 … w12.`, words drawn by Zipf's law (the r-th
+    most frequent 1/r as often as the first), so normal questions find their paragraph as before."""
+    rng = random.Random(seed)
+    ranked = words[:]
+    rng.shuffle(ranked)
+    weights = [1.0 / r for r in range(1, len(ranked) + 1)]
+    drawn = iter(rng.choices(ranked, weights, k=pages * per_page * WORDS_PER_PARAGRAPH))
+    for n in range(pages):
+        paragraphs = [f"Paragraph {i} of page {n}: " + " ".join(next(drawn) for _ in range(WORDS_PER_PARAGRAPH)) + "."
+                      for i in range(per_page)]
+        yield f"https://docs.example.com/q/{n}", f"# Page {n}\n\n" + "\n\n".join(paragraphs)
+
+
+def hostile_question(url: str, words: list[str]) -> tuple[str, int, int]:
+    """280 distinct words the statistics do not list as common, those matching the most passages;
+    (the question, the fewest and the most passages one of its words is in)."""
+    with db.connection(url) as conn:
+        config = conn.execute("SELECT config::text FROM text_search_config").fetchone()[0]
+        common = set(conn.execute(
+            "SELECT coalesce(most_common_elems::text::text[], '{}') FROM pg_stats"
+            " WHERE tablename = 'chunks' AND attname = 'text_search'").fetchone()[0])
+        counts = dict(conn.execute("SELECT word, ndoc FROM ts_stat('SELECT text_search FROM chunks')").fetchall())
+        lexemes = conn.execute(
+            "SELECT w, tsvector_to_array(to_tsvector(%s::regconfig, w)) FROM unnest(%s::text[]) w",
+            (config, words)).fetchall()
+    seen: set[str] = set()
+    chosen: list[tuple[int, str]] = []
+    for word, lexeme in sorted(((w, ls[0]) for w, ls in lexemes if len(ls) == 1),
+                               key=lambda wl: -counts.get(wl[1], 0)):
+        if lexeme in common or lexeme in seen or lexeme not in counts:
+            continue
+        seen.add(lexeme)
+        chosen.append((counts[lexeme], word))
+        if len(chosen) == HOSTILE_WORDS:
+            break
+    question = " ".join(word for _, word in chosen)
+    return question, min(n for n, _ in chosen), max(n for n, _ in chosen)
+
+
+def timed_post(base: str, body: dict, timeout: float = 120) -> tuple[float, int | str]:
+    t0 = time.perf_counter()
+    try:
+        status: int | str = httpx.post(f"{base}/search", json=body, headers={"Authorization": f"Bearer {TOKEN}"},
+                                       timeout=timeout).status_code
+    except httpx.TransportError as exc:
+        status = type(exc).__name__
+    return (time.perf_counter() - t0) * 1000, status
+
+
+def hostile(args) -> int:
+    """The --hostile run: what a 280-word question costs, alone and four at once."""
+    words = vocabulary(args.seed)
+    normal = questions(args.pages, args.chunks_per_page, 20, args.seed)
+    print(f"query API, hostile question: {args.pages:,} pages × {args.chunks_per_page} paragraphs of "
+          f"{WORDS_PER_PARAGRAPH} words (Zipf over {VOCABULARY:,}), hash embedder {DIMENSIONS} dims; serve --workers "
+          f"{args.workers}; {os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    failures = 0
+    with bench_database("bench_query_hostile") as url, FakeOpenAI(dimensions=16) as fake:
+        chunks = apply_pages(url, prose_pages(args.pages, args.chunks_per_page, words, args.seed),
+                             HashEmbedder(DIMENSIONS), (120, 0), per_batch=PAGES_PER_BATCH, report_every=500)
+        question, fewest, most = hostile_question(url, words)
+        print(f"loaded {chunks:,} chunks; the hostile question: {len(question):,} characters, "
+              f"{len(question.split())} distinct words, each in {fewest}–{most} passages", flush=True)
+        proc, base = start_serve(url, fake.base_url, args.workers)
+        try:
+            for q in normal[:5]:                                    # warm the worker
+                timed_post(base, {"question": q})
+            print(f"  {'question':<8} {'mode':<8} {'p50 ms':>8} {'max ms':>8}  answers")
+            alone: list[float] = []
+            for mode in ("lexical", "hybrid"):
+                for name, bodies in (("normal", [{"question": q, "mode": mode} for q in normal]),
+                                     ("hostile", [{"question": question, "mode": mode}] * 5)):
+                    runs = [timed_post(base, body) for body in bodies]
+                    times = [t for t, _ in runs]
+                    statuses = Counter(s for _, s in runs)
+                    failures += sum(n for s, n in statuses.items() if s != 200)
+                    if name == "hostile":
+                        alone += times
+                    shown = ", ".join(f"{n} × {s}" for s, n in sorted(statuses.items(), key=str))
+                    print(f"  {name:<8} {mode:<8} {pct(times, 50):>8.1f} {max(times):>8.1f}  {shown}", flush=True)
+
+            # Four hostile questions at once (the pool's four connections), a normal one meanwhile.
+            concurrent: list[tuple[float, int | str]] = []
+            lock = threading.Lock()
+
+            def send(body: dict) -> None:
+                result = timed_post(base, body)
+                with lock:
+                    concurrent.append(result)
+
+            threads = [threading.Thread(target=send, args=({"question": question, "mode": "hybrid"},))
+                       for _ in range(4)]
+            for t in threads:
+                t.start()
+            time.sleep(0.2)
+            during_ms, during_status = timed_post(base, {"question": normal[0], "mode": "hybrid"})
+            for t in threads:
+                t.join()
+            statuses = [s for _, s in concurrent] + [during_status]
+            failures += sum(s != 200 for s in statuses)
+            print(f"  4 hostile at once (hybrid): {', '.join(f'{t:.0f} ms' for t, _ in concurrent)}; a normal "
+                  f"question meanwhile: {during_ms:.1f} ms, {during_status}", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    codes = ",".join(str(s) for s in statuses)
+    print(f"HOSTILE_QUERY p50_ms={pct(alone, 50):.1f} max_ms={max(alone):.1f} normal_during_ms={during_ms:.1f} "
+          f"status_codes={codes}")
+    if failures:
+        print(f"FAILED: {failures} answers were not 200")
+        return 1
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=1000)
@@ -120,7 +264,11 @@ def main() -> int:
     parser.add_argument("--mode", choices=["vector", "lexical", "hybrid"], default=None,
                         help="sent with every request [default: none, the server's SEARCH_MODE, hybrid]")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--hostile", action="store_true",
+                        help="instead: the cost of a 280-word question, alone and four at once (see above)")
     args = parser.parse_args()
+    if args.hostile:
+        return hostile(args)
     levels = [int(c) for c in args.clients.split(",")]
     asked = questions(args.pages, args.chunks_per_page, 500, args.seed)
     print(f"query API: {args.pages:,} pages × {args.chunks_per_page} chunks, hash embedder {DIMENSIONS} dims; "

@@ -4,7 +4,8 @@
 It runs as its own process (`rag-pipeline serve`), never inside the webhook receiver: a slow
 question or a model load must not delay a crawler's delivery. The token, the in-flight limit and
 the body cap are checked in front of FastAPI (`Guard`), so a request without the token is
-answered 401 before its body is read or validated.
+answered 401 before its body is read or validated. A client that hangs up while its query runs
+has the query cancelled (`CancelOnHangUp`): its connection goes back to the pool at once.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import hmac
 import logging
 import math
 import threading
-from collections.abc import Callable
-from contextlib import asynccontextmanager
-from typing import Literal
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Literal, TypeVar
 
+import anyio
 import psycopg
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from psycopg_pool import PoolTimeout
@@ -40,6 +43,10 @@ MAX_QUESTION_CHARS = 2000
 MAX_SITES = 20
 # A request waits at most this long for a database connection, then gets 503.
 POOL_TIMEOUT_S = 5.0
+# How often a request whose query runs looks whether its client is still there, and how often the
+# cancel is sent again while the work goes on (one that lands between two statements is ignored).
+HANG_UP_POLL_S = 0.1
+CANCEL_AGAIN_S = 0.5
 # Paths anyone may read: health for load balancers, the schema and its docs.
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
@@ -135,6 +142,73 @@ class SearchResponse(BaseModel):
 class ErrorResponse(BaseModel):
     error: str
     reason: str
+
+
+T = TypeVar("T")
+
+
+class ClientGoneAway(Exception):
+    """The client hung up while its request was served: its work was cancelled."""
+
+
+class CancelOnHangUp:
+    """One request's blocking database work, run in a worker thread while the event loop watches
+    the client: when it hangs up, the query running on the request's pooled connection is
+    cancelled in PostgreSQL (`cancel_safe`), so the connection goes back to the pool at once
+    instead of after the scan (or QUERY_STATEMENT_TIMEOUT_S). The connection is cancelled only
+    while the work holds it (`holding`): never once it is back in the pool and someone else's."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.gone = False
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection | None = None
+
+    @contextmanager
+    def holding(self, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+        """In the worker thread, around the work on ``conn``: what a hang-up cancels."""
+        with self._lock:
+            if self.gone:
+                raise ClientGoneAway()
+            self._conn = conn
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                self._conn = None
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """``work()`` in a worker thread, cancelled if the client hangs up; its result or its error."""
+        failed: BaseException | None = None
+        async with anyio.create_task_group() as watchers:    # raised out of here, an error comes wrapped
+            watchers.start_soon(self._watch)
+            try:
+                result = await run_in_threadpool(work)
+            except Exception as exc:  # noqa: BLE001 - raised below, as it is
+                failed = exc
+            watchers.cancel_scope.cancel()
+        if self.gone:
+            raise ClientGoneAway() from failed
+        if failed is not None:
+            raise failed
+        return result
+
+    async def _watch(self) -> None:
+        while not await self.request.is_disconnected():
+            await anyio.sleep(HANG_UP_POLL_S)
+        self.gone = True
+        while True:         # until the work ends (run cancels this task): a statement may start after a cancel
+            await anyio.to_thread.run_sync(self._cancel)
+            await anyio.sleep(CANCEL_AGAIN_S)
+
+    def _cancel(self) -> None:
+        with self._lock:
+            if self._conn is None:
+                return
+            try:
+                self._conn.cancel_safe(timeout=5.0)
+            except Exception as exc:  # noqa: BLE001 - the statement timeout still ends the query
+                log.warning("could not cancel the query of a client that hung up: %s", exc)
 
 
 class SpaceEmbedders:
@@ -275,14 +349,24 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         log.exception("unexpected error on %s", request.url.path)
         return _error(500, "internal_error", "internal error")
 
-    def served(work: Callable[[psycopg.Connection], object]):
-        """Run ``work`` on a pooled connection; what cannot be answered becomes its 5xx."""
+    async def served(request: Request, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``work`` on a pooled connection in a worker thread, cancelled if the client hangs up
+        (`CancelOnHangUp`); what cannot be answered becomes its 5xx."""
         from rag_pipeline.query.chat import ChatError
         from rag_pipeline.query.retrieval import RetrievalError
 
-        try:
-            with connection() as conn:
+        watch = CancelOnHangUp(request)
+
+        def run() -> T:
+            with connection() as conn, watch.holding(conn):
                 return work(conn)
+
+        try:
+            return await watch.run(run)
+        except ClientGoneAway as exc:
+            log.info("client hung up on %s: its query was cancelled", request.url.path)
+            # Nobody reads this answer; 499 (nginx's "client closed request") keeps it out of the 5xx.
+            raise ApiError(499, "client_closed", "the client closed the connection") from exc
         except RetrievalError as exc:
             raise ApiError(503, "index_unavailable", str(exc)) from exc
         except psycopg.errors.QueryCanceled as exc:
@@ -300,25 +384,26 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     errors = {status: {"model": ErrorResponse} for status in (401, 413, 422, 503)}
 
     @app.post("/search", response_model=SearchResponse, responses=errors)
-    def search(body: SearchRequest) -> dict:
+    async def search(body: SearchRequest, request: Request) -> dict:
         """The top-k passages of live pages for the question, best first, with their freshness."""
         from rag_pipeline.query.retrieval import retrieve
 
         from rag_pipeline.store.spaces import search_scan
 
-        hits, scan = served(lambda conn: (
+        hits, scan = await served(request, lambda conn: (
             retrieve(conn, settings, body.question, body.k, per_page=body.per_page, filters=body.filters,
                      embedder_for=embedders, mode=body.mode), search_scan(conn)))
         return {"question": body.question, "vector_scan": scan, "results": [h.as_dict() for h in hits]}
 
     @app.post("/ask", responses={**errors, 502: {"model": ErrorResponse}})
-    def ask(body: AskRequest) -> dict:
+    async def ask(body: AskRequest, request: Request) -> dict:
         """An answer from live pages by the chat model, citing only the sources it used."""
         from rag_pipeline.query import answers
 
-        model = chat()
-        result = served(lambda conn: answers.answer(conn, settings, body.question, body.k, model,
-                                                    filters=body.filters, embedder_for=embedders, mode=body.mode))
+        model = await run_in_threadpool(chat)
+        result = await served(request, lambda conn: answers.answer(
+            conn, settings, body.question, body.k, model, filters=body.filters, embedder_for=embedders,
+            mode=body.mode))
         return {**result.as_dict(), "warnings": answers.warnings(result)}
 
     @app.get("/healthz")

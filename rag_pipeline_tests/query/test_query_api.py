@@ -263,3 +263,53 @@ def test_the_rate_limiter_takes_nothing_when_it_refuses():
     assert bucket.try_acquire() == 0.5          # the refused try took nothing
     now[0] = 1.0
     assert bucket.try_acquire() == 0.0
+
+
+@pytest.mark.parametrize("path", ["/search", "/ask"])
+def test_a_client_that_hangs_up_has_its_query_cancelled_and_its_connection_back(chat, env, database_url, path):
+    """A client that gives up (here: its read timeout) while its search runs (here: stuck behind a
+    lock, as a costly scan would run on) has the query cancelled in PostgreSQL at once, not at
+    QUERY_STATEMENT_TIMEOUT_S: the pool's one connection serves the next request while the lock
+    is still held."""
+    import psycopg
+
+    chat.script_chat("Generate a new token [1].")
+    env.setenv("QUERY_STATEMENT_TIMEOUT_S", "60")
+    env.setenv("QUERY_API_POOL_SIZE", "1")          # one connection: the next request needs it back
+    get_settings.cache_clear()
+
+    def stuck_backends(watcher) -> list[tuple[int, str]]:
+        return watcher.execute(
+            "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'").fetchall()
+
+    with serve(create_app(get_settings(), database_url=database_url)) as base, \
+            psycopg.connect(database_url) as blocker, psycopg.connect(database_url, autocommit=True) as watcher:
+        blocker.execute("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        gave_up: list[BaseException] = []
+
+        def impatient_client() -> None:
+            with httpx.Client(base_url=base, headers=AUTH, timeout=httpx.Timeout(30, read=1.5)) as client:
+                try:
+                    client.post(path, json={"question": QUESTION, "k": 3})
+                except httpx.ReadTimeout as exc:
+                    gave_up.append(exc)
+
+        asking = threading.Thread(target=impatient_client)
+        asking.start()
+        # The request's query, waiting for the lock.
+        [(pid, state)] = wait_until(lambda: stuck_backends(watcher), 10, "the request's query to wait for the lock")
+        assert state == "active"
+        asking.join(timeout=10)
+        hung_up = time.monotonic()
+        assert gave_up, "the client should have given up waiting"
+        wait_until(lambda: watcher.execute("SELECT state IS DISTINCT FROM 'active' FROM pg_stat_activity"
+                                           " WHERE pid = %s", (pid,)).fetchone() in (None, (True,)),
+                   2, "the query of the client that hung up to be cancelled")
+        assert time.monotonic() - hung_up < 2 and stuck_backends(watcher) == []
+        # Its connection is back in the pool: the next request is served while the lock still holds.
+        health = httpx.get(f"{base}/healthz", timeout=10)
+        assert health.status_code == 200 and time.monotonic() - hung_up < 3
+        blocker.rollback()
+        again = httpx.post(f"{base}{path}", json={"question": QUESTION, "k": 3}, headers=AUTH, timeout=30)
+        assert again.status_code == 200, again.text
