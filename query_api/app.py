@@ -339,6 +339,12 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for error in exc.errors():
+            if error.get("type") == "json_invalid":   # not "0: JSON decode error"
+                problems.append("the body is not valid JSON")
+                continue
+            if error.get("loc") == ("body",) and error.get("type") in ("model_attributes_type", "dict_type"):
+                problems.append("the body must be a JSON object")
+                continue
             where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
             message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
             problems.append(f"{where}: {message}" if where else message)

@@ -198,3 +198,17 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_a_read_after_db_stop_says_it_started_the_server(own_server):
+    home, _url, _dagster_url = own_server
+    _cli(home, "db", "stop")
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    done = subprocess.run([str(BIN / "rag-pipeline"), "status"], env={**env, "RAG_HOME": str(home)},
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert f"the embedded PostgreSQL at {home / 'pgdata'} was stopped; started it" in done.stderr
+    assert embedded._postmaster(home / "pgdata") is not None
+    again = subprocess.run([str(BIN / "rag-pipeline"), "status"], env={**env, "RAG_HOME": str(home)},
+                           capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0 and "was stopped" not in again.stderr   # said once, when it was so

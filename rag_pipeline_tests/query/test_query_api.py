@@ -117,6 +117,9 @@ def test_bad_input_gets_a_4xx_with_its_reason(api, body, status, words):
 def test_bodies_that_are_not_json_or_too_large_are_refused(api):
     not_json = api.post("/search", content=b"question=hello", headers={**AUTH, "content-type": "text/plain"})
     assert not_json.status_code == 422 and not_json.json()["reason"] == "invalid_request"
+    assert not_json.json()["error"] == "the body must be a JSON object"
+    broken = api.post("/search", content=b'{"question": "hel', headers={**AUTH, "content-type": "application/json"})
+    assert broken.status_code == 422 and broken.json()["error"] == "the body is not valid JSON"
     large = api.post("/search", json={"question": "x" * MAX_BODY_BYTES}, headers=AUTH)
     assert large.status_code == 413 and large.json()["reason"] == "body_too_large"
 
