@@ -69,9 +69,17 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
     idx = np.flatnonzero(adaptable)
     floors = np.array([max(rule_of[i].floor.total_seconds(), sensor_floor) for i in idx])
     ceilings = np.maximum(np.array([rule_of[i].ceiling.total_seconds() for i in idx]), floors)
-    plan = allocate(rates[idx], floors, ceilings, max(budget - fixed_spend, 1e-9))
     source = ("CRAWL_BUDGET_PER_DAY" if settings.crawl_budget_per_day
               else f"CADENCE_BUDGET_SHARE {settings.cadence_budget_share:g} of what the rules' intervals push")
+    if not idx.size:
+        # Nothing to allocate: saying "a budget of 0 for 721 planned" would contradict itself.
+        cadence.record_estimates(conn, [(p.page_id, float(r)) for p, r in zip(pages, rates)
+                                        if _moved(p.change_rate, float(r))])
+        note = ("no page has an adaptive cadence (each is fixed by its rule or set by hand): the budget "
+                "applies to adaptive pages only, and the pushes planned are the fixed cadences'")
+        cadence.record_budget(conn, fixed_spend, fixed_spend, 0, note)
+        return Refreshed(len(pages), 0, 0, fixed_spend, fixed_spend, note)
+    plan = allocate(rates[idx], floors, ceilings, max(budget - fixed_spend, 1e-9))
     updates = []
     for k, i in enumerate(idx):
         interval, rate, page = float(plan.intervals_s[k]), float(rates[i]), pages[i]
@@ -89,8 +97,12 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
     cadence.record_estimates(conn, [(pages[i].page_id, float(rates[i])) for i in np.flatnonzero(~adaptable)
                                     if _moved(pages[i].change_rate, float(rates[i]))])
     planned = fixed_spend + plan.pushes_per_day()
-    cadence.record_budget(conn, budget, planned, len(idx), plan.note)
-    return Refreshed(len(pages), len(idx), rewritten, budget, planned, plan.note)
+    note = plan.note
+    if fixed_spend >= budget:
+        note = (f"the fixed cadences alone plan {fixed_spend:.0f} pushes/day, at or above the budget of "
+                f"{budget:.0f} ({source}): the adaptive pages are crawled at their rules' ceilings")
+    cadence.record_budget(conn, budget, planned, len(idx), note)
+    return Refreshed(len(pages), len(idx), rewritten, budget, planned, note)
 
 
 def _moved(before: float | None, now: float) -> bool:

@@ -198,3 +198,18 @@ def test_recrawl_sensor_hands_the_cadence_refresh_to_a_run_of_its_own(database_u
 def _output_metadata(outcome) -> dict:
     (event,) = [e for e in outcome.all_node_events if e.event_type_value == "STEP_OUTPUT"]
     return {k: v.value for k, v in event.event_specific_data.metadata.items()}
+
+
+def test_a_refresh_with_no_adaptive_page_says_so_instead_of_a_budget_of_nothing(database_url):
+    from rag_pipeline.crawl import adaptive
+    from rag_pipeline.settings import Settings
+
+    with db.connection(database_url) as conn:
+        conn.autocommit = True
+        schedule.register(conn, PRICING, PRICING, timedelta(hours=1), explicit=True)   # fixed: 24/day
+        schedule.register(conn, DOCS, DOCS, timedelta(hours=12), explicit=True)         # fixed: 2/day
+        refreshed = adaptive.refresh(conn, load_rules(), Settings(), timedelta(minutes=10))
+        assert (refreshed.adaptive, refreshed.budget_per_day, refreshed.planned_per_day) == (0, 26.0, 26.0)
+        assert "no page has an adaptive cadence" in refreshed.note and "1e-09" not in refreshed.summary()
+        assert conn.execute("SELECT budget_per_day, planned_per_day, note FROM crawl_budget").fetchone() == (
+            26.0, 26.0, refreshed.note)
