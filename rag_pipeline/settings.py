@@ -217,6 +217,9 @@ class Settings(BaseSettings):
     # What embedding costs, in dollars per million tokens, for the `index` asset's cost and saving
     # figures. Unset: 0.02 (text-embedding-3-small) for the openai provider, 0 for the others.
     embedding_price_per_mtok: float | None = Field(default=None, alias="EMBEDDING_PRICE_PER_MTOK", ge=0)
+    # What a hosted model would charge, to price what the hash gate and reuse avoid when the model
+    # is local and costs nothing (text-embedding-3-small's list price).
+    embedding_reference_price_per_mtok: float = Field(default=0.02, alias="EMBEDDING_REFERENCE_PRICE_PER_MTOK", ge=0)
 
     # Index checks (`index_checks`, every 15 minutes). The window delivery_queue_drains looks back
     # over: one check interval, so a queue that stopped moving is red at the next run.

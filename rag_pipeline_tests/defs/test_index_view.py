@@ -64,6 +64,8 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
         assert total("tokens_avoided_by_hash_gate") == a_tokens > 0   # A's recrawl, not embedded again
         assert abs(total("cost_usd") - ledger[0] / 1e6 * 0.5) < 1e-5       # EMBEDDING_PRICE_PER_MTOK
         assert abs(total("saved_usd") - (a_tokens + ledger[1]) / 1e6 * 0.5) < 1e-5
+        assert abs(total("saved_usd_at_reference_price") - (a_tokens + ledger[1]) / 1e6 * 0.02) < 1e-5
+        assert figures[-1]["price_note"].value.startswith("hash model at 0.5 USD")
 
         latest = figures[-1]
         live = conn.execute("SELECT count(*) FROM pages WHERE deleted_at IS NULL AND alias_of IS NULL"
@@ -72,4 +74,14 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
         assert latest["pages_tombstoned"].value == 1 and latest["aliases"].value == 1
         assert latest["chunks"].value == conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert latest["verified_age_p95_minutes"].value < 5
+        # A model that costs nothing says so, and prices what was avoided at the reference price.
+        from datetime import UTC, datetime, timedelta
+
+        from rag_pipeline.defs.index.index_view import snapshot_event
+        from rag_pipeline.settings import Settings
+        now = datetime.now(UTC)
+        free = snapshot_event(conn, Settings(EMBEDDING_PROVIDER="hash", EMBEDDING_PRICE_PER_MTOK=0), now - timedelta(hours=1),
+                              now).metadata
+        assert free["cost_usd"].value == 0 and free["price_note"].value.startswith("local model: embedding costs")
+        assert free["saved_usd_at_reference_price"].value > 0
     get_settings.cache_clear()

@@ -43,6 +43,13 @@ def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> 
         "cost_usd": round(figures["tokens_embedded"] / 1e6 * price, 6),
         "saved_usd": round(avoided / 1e6 * price, 6),
         "price_per_mtok_usd": price,
+        # A local model costs nothing: what was avoided is priced at a hosted model's price instead,
+        # named as such, so that "0" never reads as "nothing saved".
+        "saved_usd_at_reference_price": round(avoided / 1e6 * settings.embedding_reference_price_per_mtok, 6),
+        "reference_price_per_mtok_usd": settings.embedding_reference_price_per_mtok,
+        "price_note": (f"{settings.resolved_embedding_provider()} model at {price:g} USD per million tokens"
+                       if price else "local model: embedding costs nothing here; saved_usd_at_reference_price "
+                                     "prices the tokens avoided at EMBEDDING_REFERENCE_PRICE_PER_MTOK"),
         # `hnsw`, or `exact (…)` while the index makes way for a bulk load: the UI says which.
         "vector_scan": spaces.search_scan(conn),
     }
