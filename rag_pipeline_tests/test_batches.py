@@ -69,6 +69,10 @@ def test_one_run_applies_a_tick_of_changed_pages_each_on_its_partition(stack, co
     ledger_tokens, ledger_requests = conn.execute(
         "SELECT sum(tokens_embedded), sum(requests) FROM embedding_ledger").fetchone()
     assert (ledger_tokens, ledger_requests) == (fake.total_tokens, 1)
+    # On each partition, the page's share of that one request: none shows 0, and they add up to 1.
+    shares = [materializations(pipeline.instance, "embeddings", url(n))[0].asset_materialization
+              .metadata["requests"].value for n in range(30)]
+    assert all(0 < share < 1 for share in shares) and abs(sum(shares) - 1) < 0.01
     assert conn.execute("SELECT count(*) FROM pages WHERE leased_until IS NOT NULL").fetchone()[0] == 0
     # The text routing normalized is kept only until its delivery is applied.
     assert conn.execute("SELECT count(*) FROM deliveries WHERE normalized_text IS NOT NULL").fetchone()[0] == 0

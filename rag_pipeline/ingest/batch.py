@@ -359,10 +359,13 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
     tokens = apportion(spent.tokens, weights)
     requests = apportion(spent.requests, weights)
     truncated = apportion(getattr(spent, "truncated", 0), weights)
-    for owner, chunk, t, r, tr in zip(owners, embedded, tokens, requests, truncated):
+    # The ledger takes whole requests (they add up to the bill); the page's own figure is its share.
+    total_weight = sum(weights) or 1
+    for owner, chunk, t, r, tr, w in zip(owners, embedded, tokens, requests, truncated, weights):
         share = prepaid.get(owner, indexing.Prepaid())
         prepaid[owner] = indexing.Prepaid(share.hashes | {chunk.embed_hash}, share.tokens + t,
-                                          share.requests + r, share.truncated + tr)
+                                          share.requests + r, share.truncated + tr,
+                                          share.request_share + spent.requests * w / total_weight)
     return prepaid, failures
 
 

@@ -160,10 +160,11 @@ class SwitchResult:
     chunks_embedded: int = 0
     tokens_embedded: int = 0
     tokens_reused: int = 0
-    requests: int = 0
+    requests: int = 0           # whole requests, for the ledger (they add up to the bill)
     truncated: int = 0          # inputs the model had to cut to fit its window
     source_hash: str | None = None
     space_id: int | None = None
+    request_share: float = 0.0  # its share of the requests it shared with other pages (by tokens)
 
 
 #: The embedder of a space: given the active space (None for an empty index), the embedder whose
@@ -198,6 +199,7 @@ class Prepaid:
     tokens: int = 0
     requests: int = 0
     truncated: int = 0
+    request_share: float = 0.0
 
 
 def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder | EmbedderFor,
@@ -252,8 +254,10 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
                 missing_hashes = {c.embed_hash for c in missing} | brought
                 tokens_reused = sum(c.token_count for c in staged if c.embed_hash not in missing_hashes)
                 building = [s for s in written if s.status == "building"]
-                return _switch(conn, page_url, page, locked, staged, space, building, run_id,
-                               chunks_embedded, tokens_embedded, tokens_reused, requests, truncated)
+                switched = _switch(conn, page_url, page, locked, staged, space, building, run_id,
+                                   chunks_embedded, tokens_embedded, tokens_reused, requests, truncated)
+                # Its own requests whole, and its share of those it shared with the batch.
+                return replace(switched, request_share=prepaid.request_share + requests - prepaid.requests)
         log.info("%s: the active embedding space changed during the run (now %s); embedding for it",
                  page_url, f"{now_active.model}, {now_active.dimensions} dims" if now_active else "none")
         space, embedder = _space_for(conn, embedder_for, now_active)
@@ -317,6 +321,7 @@ def switch_many(conn: psycopg.Connection, staged: Mapping[str, tuple[str, Sequen
             results[url] = SwitchResult(
                 "switched", chunks_total=len(chunks), chunks_embedded=len(brought), tokens_embedded=paid.tokens,
                 tokens_reused=reused, requests=paid.requests, truncated=paid.truncated, source_hash=source_hash,
+                request_share=paid.request_share,
                 space_id=space.space_id)
         live = chunk_store.swap_in_many(conn, generations, space)
         pages.mark_switched(conn, marks)
@@ -441,7 +446,7 @@ def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: p
     return SwitchResult(
         "switched", chunks_total=live, chunks_embedded=chunks_embedded, tokens_embedded=tokens_embedded,
         tokens_reused=tokens_reused, requests=requests, truncated=truncated, source_hash=page.source_hash,
-        space_id=space.space_id,
+        space_id=space.space_id, request_share=requests,
     )
 
 

@@ -56,7 +56,8 @@ def switch_metadata(conn, result: indexing.SwitchResult, embedder, seen: dict, l
         "chunks_embedded": result.chunks_embedded,
         "tokens_embedded": result.tokens_embedded,
         "tokens_reused": result.tokens_reused,
-        "requests": result.requests,
+        # The page's share of the requests its batch shared (0.2 of one, for one of five pages).
+        "requests": round(result.request_share, 4),
         "inputs_truncated": result.truncated,
     }
 
