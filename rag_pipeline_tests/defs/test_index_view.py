@@ -31,7 +31,13 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
         for url in (A, B, D):
             put(conn, url, f"# {url}\n\nThe first version of {url}, with a few words of its own.")
         pipeline.tick()
-        pipeline.snapshot()
+        first = pipeline.snapshot()
+        # The checks are asked for after the first switch, not at the schedule's next quarter hour,
+        # and not again while their run is recent.
+        assert [r.job_name for r in first.run_requests] == ["index_checks"]
+        checks = pipeline.defs.resolve_job_def("index_checks").execute_in_process(instance=instance,
+                                                                                  raise_on_error=False)
+        assert checks.dagster_run.is_finished
         # A recrawl: A unchanged, B changed, D gone, a crawler failure, and a redirect to a new page.
         put(conn, A, f"# {A}\n\nThe first version of {A}, with a few words of its own.")
         put(conn, B, f"# {B}\n\nThe second version of {B}, changed.")
@@ -41,7 +47,7 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
         pipeline.tick()
         pipeline.snapshot()
         pipeline.tick()
-        pipeline.snapshot()   # records the period in which the recrawl was applied
+        assert not pipeline.snapshot().run_requests   # records the period in which the recrawl was applied
 
         records = instance.fetch_materializations(dg.AssetKey("index"), limit=100).records
         figures = [r.asset_materialization.metadata for r in reversed(records)]   # oldest first

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
+from rag_pipeline.defs.index.checks import index_checks_job
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import cadence, index_view, schedule, spaces
@@ -57,14 +58,31 @@ def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> 
                                    description=f"the index at {now.astimezone(UTC).isoformat(timespec='seconds')}")
 
 
-def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
-    """index_snapshot_sensor, ticking every `interval_s` (INDEX_SNAPSHOT_EVERY_S, fixed when the
-    code location loads; at least the daemon's 5 s loop)."""
+#: index_checks_schedule's period: checks older than this are asked for at once (the daemon just
+#: started, or the schedule is off), not up to a period later.
+CHECKS_EVERY_S = 15 * 60
 
-    @dg.sensor(name="index_snapshot_sensor", minimum_interval_seconds=max(5, int(interval_s)),
-               default_status=dg.DefaultSensorStatus.RUNNING,
+
+def checks_due(instance: dg.DagsterInstance, now: datetime) -> bool:
+    """No `index_checks` run yet (the first batch just switched), or none within its period."""
+    records = instance.get_run_records(dg.RunsFilter(job_name=index_checks_job.name), limit=1)
+    if not records:
+        return True
+    if not records[0].dagster_run.is_finished:
+        return False
+    return (now - records[0].create_timestamp).total_seconds() >= CHECKS_EVERY_S
+
+
+def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
+    """index_snapshot_sensor: records the `index` asset every `interval_s` (INDEX_SNAPSHOT_EVERY_S,
+    fixed when the code location loads), and asks for the checks when they are due; it looks
+    every minute at most (the daemon's loop is 5 s)."""
+
+    @dg.sensor(name="index_snapshot_sensor", minimum_interval_seconds=max(5, min(60, int(interval_s))),
+               jobs=[index_checks_job], default_status=dg.DefaultSensorStatus.RUNNING,
                description="Records the `index` asset (the whole index, plotted over time) every "
-                           "INDEX_SNAPSHOT_EVERY_S, from the first page switched in.")
+                           "INDEX_SNAPSHOT_EVERY_S from the first page switched in, and runs the index checks "
+                           "after the first switch and on start, not up to 15 minutes later.")
     def index_snapshot_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
                               settings: SettingsResource) -> dg.SensorResult:
         current = settings.get()
@@ -75,6 +93,12 @@ def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
             if not index_view.any_switched(conn):
                 # All zeros would say "empty" while the first batch is on its way.
                 return dg.SensorResult(skip_reason=dg.SkipReason("no page is searchable yet"))
+            requests = ([dg.RunRequest(job_name=index_checks_job.name, run_key=f"checks-{now.timestamp():.0f}")]
+                        if checks_due(context.instance, now) else [])
+            if last is not None and now.timestamp() - last < current.index_snapshot_every_s:
+                if requests:
+                    return dg.SensorResult(run_requests=requests)
+                return dg.SensorResult(skip_reason=dg.SkipReason("the `index` asset is not due yet"))
             if last is not None:
                 since = datetime.fromtimestamp(last, UTC)
             else:   # the first snapshot covers what led to the first switch
@@ -82,6 +106,6 @@ def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
                                           now - timedelta(seconds=current.index_snapshot_every_s))))
             event = snapshot_event(conn, current, since, now)
             conn.commit()
-        return dg.SensorResult(asset_events=[event], cursor=str(now.timestamp()))
+        return dg.SensorResult(asset_events=[event], run_requests=requests, cursor=str(now.timestamp()))
 
     return index_snapshot_sensor
