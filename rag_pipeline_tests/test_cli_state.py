@@ -125,3 +125,26 @@ def test_a_pasted_placeholder_key_is_one_line_that_never_echoes_the_secret(monke
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
     assert "Traceback" not in result.output and "sk-" not in result.output
     assert "OPENAI_API_KEY='***': must be printable ASCII without spaces" in result.output
+
+
+def test_token_prints_the_query_token_from_any_directory_or_says_where_it_looked(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from rag_pipeline.cli import main
+    from rag_pipeline.settings import get_settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "query_api_token").write_text("qt-from-make-run\n")
+    monkeypatch.setenv("RAG_HOME", str(home))
+    monkeypatch.delenv("QUERY_API_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    found = CliRunner().invoke(main, ["token", "query"])
+    assert found.exit_code == 0 and found.output == "qt-from-make-run\n"
+    monkeypatch.delenv("WEBHOOK_TOKEN", raising=False)
+    get_settings.cache_clear()
+    missing = CliRunner().invoke(main, ["token", "webhook"])
+    assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1
+    assert "no webhook token: set WEBHOOK_TOKEN" in missing.output and str(home / "webhook_token") in missing.output
+    get_settings.cache_clear()

@@ -86,7 +86,7 @@ provider="${EMBEDDING_PROVIDER:-}"
 [ -n "$provider" ] || { [ -n "${OPENAI_API_KEY:-}" ] && provider=openai || provider=local; }
 # How a shell other than this one gets the token, without printing it.
 token_hint='$QUERY_API_TOKEN'
-[ -z "$users_query_token" ] && token_hint="\$(cat $RAG_HOME/query_api_token)"
+[ -z "$users_query_token" ] && token_hint="\$($PWD/$BIN/rag-pipeline token query)"
 cat <<MSG
 
   rag-pipeline is running (embeddings: $provider)

@@ -602,6 +602,22 @@ def _across_tables(estimates: dict[str, int], advance):
 
 
 @main.command()
+@click.argument("which", type=click.Choice(["query", "webhook"]))
+def token(which: str) -> None:
+    """Print the query API's (or the receiver's) token: QUERY_API_TOKEN / WEBHOOK_TOKEN, else the one
+    `make run` wrote under RAG_HOME. For `curl -H "Authorization: Bearer $(rag-pipeline token query)"`
+    from any directory."""
+    settings = get_settings()
+    found = settings.resolved_query_api_token() if which == "query" else settings.resolved_webhook_token()
+    if not found:
+        variable, file = (("QUERY_API_TOKEN", "query_api_token") if which == "query"
+                          else ("WEBHOOK_TOKEN", "webhook_token"))
+        raise CliError(f"no {which} token: set {variable}, or run `make run` once (it writes one to "
+                       f"{settings.rag_home / file})")
+    click.echo(found)
+
+
+@main.command()
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def prune(dry_run: bool, as_json: bool) -> None:
