@@ -63,3 +63,22 @@ def test_the_embeddings_asset_shows_the_configured_embedders_kind(provider, kind
     assert shown.returncode == 0, shown.stderr
     kinds = shown.stdout.split()
     assert kind in kinds and not_kind not in kinds and "pgvector" in kinds
+
+
+def test_evaluating_a_sensor_warns_nothing_about_dagsters_own_beta_parameters(database_url, monkeypatch):
+    import importlib
+    import warnings
+
+    import rag_pipeline.definitions
+    from rag_pipeline_tests.harness import configure, evaluate_sensor
+
+    configure(monkeypatch, DATABASE_URL=database_url, EMBEDDING_PROVIDER="hash")
+    defs = load_defs()
+    with dg.instance_for_test() as instance, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")          # every warning, each time
+        evaluate_sensor(defs, "delivery_sensor", instance)
+        assert [w for w in caught if "owners" in str(w.message)]   # Dagster does warn...
+        caught.clear()
+        importlib.reload(rag_pipeline.definitions)   # ...and the code location's filter, set on import,
+        evaluate_sensor(defs, "delivery_sensor", instance)   # silences it
+    assert not [w for w in caught if "owners" in str(w.message)]
