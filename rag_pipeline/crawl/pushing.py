@@ -29,6 +29,7 @@ class PushReport:
     errors: list[str] = field(default_factory=list)
     rids: dict[str, str] = field(default_factory=dict)      # page URL → rid
     undelivered_local: int = 0                              # local crawler: still fetching at the end
+    urls: list[str] = field(default_factory=list)           # the URLs pushed, as crawled
 
     def add(self, other: "PushReport") -> None:
         self.pushed += other.pushed
@@ -37,9 +38,12 @@ class PushReport:
         self.errors += other.errors
         self.rids.update(other.rids)
         self.undelivered_local += other.undelivered_local
+        self.urls += other.urls
 
-    def as_metadata(self) -> dict:
+    def as_metadata(self, shown: int = 50) -> dict:
+        more = f"\n… and {len(self.urls) - shown} more" if len(self.urls) > shown else ""
         return {"pushed": self.pushed, "failed": self.failed, "attempts": self.attempts,
+                "pushed_urls": "\n".join(self.urls[:shown]) + more,
                 "errors": "\n".join(self.errors[:20]), "still_fetching": self.undelivered_local}
 
 
@@ -81,6 +85,7 @@ def push_targets(conn: psycopg.Connection, crawler: Crawler, targets: list[sched
     report.attempts = sum(o.attempts for o in outcomes)
     report.errors = [f"{by_id[o.push_id].crawl_url}: {o.error}" for o in outcomes if not o.rid]
     report.rids = {by_id[o.push_id].page_url: o.rid for o in outcomes if o.rid}
+    report.urls = [by_id[o.push_id].crawl_url for o in outcomes if o.rid]
     report.undelivered_local = crawler.drain(drain_timeout_s)
     fail_undelivered(conn, crawler, report, {t.page_url: t.crawl_url for t in targets})
     return report
@@ -115,6 +120,7 @@ def fail_undelivered(conn: psycopg.Connection, crawler: Crawler, report: PushRep
                             retry_after=FAILED_PUSH_RETRY)
     for rid, page in pages.items():
         del report.rids[page]
+        report.urls.remove(crawl_urls[page])
         report.errors.append(f"{crawl_urls[page]}: {failures[rid]}")
     report.pushed -= len(pages)
     report.failed += len(pages)

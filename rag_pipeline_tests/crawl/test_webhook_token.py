@@ -167,6 +167,9 @@ def test_a_delivery_that_never_got_through_fails_its_push_unless_it_was_stored(r
         f"{site.url('/down')}: delivery failed after 2 attempt(s): receiver answered 503 receiver down"]
     assert site.hits["/down"] == 1                    # fetched once, its delivery tried twice
     assert (reports["/lost"].pushed, reports["/lost"].failed) == (1, 0)
+    # The push run's metadata names what it pushed, and what failed with why.
+    assert reports["/lost"].as_metadata()["pushed_urls"] == site.url("/lost")
+    assert reports["/down"].as_metadata()["pushed_urls"] == "" and site.url("/down") in reports["/down"].as_metadata()["errors"]
     results = dict(conn.execute("SELECT url, result FROM pushes").fetchall())
     assert results == {site.url("/down"): "failed", site.url("/lost"): "pushed"}
 
