@@ -42,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
+import psycopg  # noqa: E402
 
 from bench.database import bench_database  # noqa: E402
 from bench.loading import apply_pages  # noqa: E402
@@ -88,6 +89,19 @@ def start_serve(url: str, fake_url: str, workers: int) -> tuple[subprocess.Popen
             proc.kill()
             raise SystemExit(f"`rag-pipeline serve` did not start:\n{proc.stderr.read()[-3000:]}")
         time.sleep(0.2)
+
+
+def wait_active(url: str, n: int, finished, timeout_s: float = 10.0) -> int:
+    """Until `n` statements of other sessions are active on the bench database, or `finished()`
+    (the requests ended first), or the deadline; returns the most seen active at once."""
+    deadline, most = time.monotonic() + timeout_s, 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline and most < n and not finished():
+            most = max(most, conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0])
+            conn.execute("SELECT pg_sleep(0.01)")
+    return most
 
 
 def hammer(base: str, path: str, bodies: list[dict], clients: int, total: int) -> tuple[list[float], Counter, float]:
@@ -234,14 +248,16 @@ def hostile(args) -> int:
                        for _ in range(4)]
             for t in threads:
                 t.start()
-            time.sleep(0.2)
+            # The four are running in PostgreSQL before the normal one is sent (unless done already).
+            active = wait_active(url, 4, lambda: not any(t.is_alive() for t in threads))
             during_ms, during_status = timed_post(base, {"question": normal[0], "mode": "hybrid"})
             for t in threads:
                 t.join()
             statuses = [s for _, s in concurrent] + [during_status]
             failures += sum(s != 200 for s in statuses)
             print(f"  4 hostile at once (hybrid): {', '.join(f'{t:.0f} ms' for t, _ in concurrent)}; a normal "
-                  f"question meanwhile: {during_ms:.1f} ms, {during_status}", flush=True)
+                  f"question meanwhile ({active} of them active in PostgreSQL when it was sent): "
+                  f"{during_ms:.1f} ms, {during_status}", flush=True)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
