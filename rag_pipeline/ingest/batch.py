@@ -1,10 +1,13 @@
-"""A batch of changed pages applied in one pass, each page exactly as a page run applies it.
+"""A batch of changed pages applied in one pass, each page as a page run applies it.
 
-A Dagster run costs seconds and a page milliseconds, so one run applies many pages. Each page
-keeps its own transactions and its one switch (`indexing`), and one page's failure is recorded
-on its own delivery (retried later or not, by `failures.classify`) without stopping or rolling
-back the others. What is shared is the embedding: the texts every page of the batch needs are
-sent together, in full requests, and a poisoned input fails only the pages that contain it.
+A Dagster run costs seconds and a page milliseconds, so one run applies many pages; and a
+statement costs more than a page's share of a set statement, so each step takes the whole batch
+at once (`indexing.take_newest_deliveries`, `stage_many`, `switch_many`: one switch transaction
+for all its pages, each page still switched once). A step that fails as a whole is done again
+page by page, so one page's failure is recorded on its own delivery (retried later or not, by
+`failures.classify`) without stopping or rolling back the others. The embedding is shared too:
+the texts every page needs are sent together, in full requests, and a poisoned input fails only
+the pages that contain it.
 
 `apply_batch` yields what happened step by step, so the caller (the Dagster op, or the plain loop
 of the throughput benchmark) reports each page as soon as it is done.
