@@ -144,7 +144,8 @@ def ensure_peers_venv(venv: Path) -> Path:
 
 
 def peer_versions(python: Path) -> dict[str, str]:
-    """Installed versions of the packages that make each peer (for the report)."""
+    """Installed versions of the packages that make each peer (for the report; a missing one is
+    named as such, not left out)."""
     names = ("langchain-core", "langchain-classic", "langchain-postgres", "langchain-openai",
              "langchain-text-splitters", "llama-index-core", "llama-index-vector-stores-postgres",
              "llama-index-storage-docstore-postgres", "llama-index-embeddings-openai", "cocoindex", "litellm",
@@ -153,7 +154,7 @@ def peer_versions(python: Path) -> dict[str, str]:
             "out = {}\n"
             "for n in sys.argv[1:]:\n"
             "    try: out[n] = m.version(n)\n"
-            "    except m.PackageNotFoundError: pass\n"
+            "    except m.PackageNotFoundError: out[n] = 'not installed'\n"
             "print(json.dumps(out))")
     done = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
