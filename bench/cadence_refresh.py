@@ -17,9 +17,9 @@ import psycopg
 
 from bench.database import bench_database
 from rag_pipeline.crawl import adaptive
-from rag_pipeline.crawl.cadence import load_rules
+from rag_pipeline.crawl.cadence_rules import load_rules
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import cadence
+from rag_pipeline.store import crawl_observations
 
 
 def fill(url: str, pages: int, history: int) -> None:
@@ -54,7 +54,7 @@ def main() -> None:
         print(f"{args.pages:,} pages, {args.pages * args.history:,} observations written in "
               f"{time.perf_counter() - started:.1f} s")
         timings: dict[str, float] = {}
-        real_load, real_write = cadence.scheduled_pages, cadence.set_cadences
+        real_load, real_write = crawl_observations.scheduled_pages, crawl_observations.set_cadences
 
         def timed(name, fn):
             def run(*a, **k):
@@ -66,8 +66,8 @@ def main() -> None:
             return run
 
         with psycopg.connect(url, autocommit=True) as conn, \
-                mock.patch.object(cadence, "scheduled_pages", timed("load", real_load)), \
-                mock.patch.object(cadence, "set_cadences", timed("write", real_write)):
+                mock.patch.object(crawl_observations, "scheduled_pages", timed("load", real_load)), \
+                mock.patch.object(crawl_observations, "set_cadences", timed("write", real_write)):
             for label in ("first", "second"):       # the second rewrites only what moved
                 timings.clear()
                 t = time.perf_counter()

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rag_pipeline.store import db, embedded
+from rag_pipeline.store import db, embedded, schema
 
 
 @contextmanager
@@ -24,7 +24,7 @@ def bench_database(prefix: str, migrations: Path | None = None) -> Iterator[str]
         pgdata = Path(tempfile.mkdtemp(prefix="bench-pg-"))
         server = embedded.temporary_server(pgdata)
         url = server.get_uri(name)
-    db.prepare(url, migrations or db.SQL_DIR)
+    schema.prepare(url, migrations or schema.SQL_DIR)
     try:
         yield url
     finally:

@@ -51,12 +51,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.database import bench_database  # noqa: E402
 from rag_pipeline.core.addresses import parse_networks  # noqa: E402
-from rag_pipeline.core.sites import SiteSpec  # noqa: E402
+from rag_pipeline.core.site_spec import SiteSpec  # noqa: E402
 from rag_pipeline.crawl import discovery  # noqa: E402
-from rag_pipeline.crawl.cadence import load_rules  # noqa: E402
+from rag_pipeline.crawl.cadence_rules import load_rules  # noqa: E402
 from rag_pipeline.crawl.guarded_http import guarded_client  # noqa: E402
 from rag_pipeline.crawl.robots_cache import RobotsCache  # noqa: E402
-from rag_pipeline.crawl.site import LoopbackSite  # noqa: E402
+from rag_pipeline.crawl.loopback_site import LoopbackSite  # noqa: E402
 from rag_pipeline.store import db  # noqa: E402
 from rag_pipeline.store import sites as store  # noqa: E402
 

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable
 
-from rag_pipeline.ingest import batch as batch_apply
+from rag_pipeline.ingest import batch_apply as batch_apply
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.store import db, deliveries
 import os

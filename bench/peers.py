@@ -76,7 +76,7 @@ from psycopg import sql  # noqa: E402
 from bench.corpus import render  # noqa: E402
 from bench.database import bench_database  # noqa: E402
 from bench.pipeline_throughput import DIMENSIONS, base_env, edit_paragraphs, make_corpus, percentile  # noqa: E402
-from rag_pipeline.store import db  # noqa: E402
+from rag_pipeline.store import db, schema  # noqa: E402
 
 RUNNER = Path(__file__).resolve().parent / "peers_runner.py"
 DEFAULT_VENV = Path.home() / ".cache" / "rag-pipeline-bench" / "peers-venv"
@@ -270,7 +270,7 @@ def ours_phase_main(args: argparse.Namespace) -> int:
 def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
     """Store every page as a delivery, then route → queued_work → apply_batch until nothing is
     left, with the HNSW policy of production around it; the index build, if any, counts."""
-    from rag_pipeline.core.batching import plan_batches
+    from rag_pipeline.core.batch_sizing import plan_batches
     from rag_pipeline.embedders.factory import make_embedder
     from rag_pipeline.settings import get_settings
     from rag_pipeline.store import deliveries, spaces
@@ -323,7 +323,7 @@ def apply_in_worker(batch) -> list[str]:
     """One batch applied in a worker process (its own connection and embedder); returns the
     reasons of the pages that failed."""
     from rag_pipeline.embedders.factory import make_embedder
-    from rag_pipeline.ingest.batch import Failed, RetryPolicy, apply_batch
+    from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, apply_batch
     from rag_pipeline.settings import get_settings
 
     if not batch:
@@ -491,7 +491,7 @@ def main() -> int:
                     made.append(name)
                     if system == "ours":
                         url = db.with_database(ours_url, name)
-                        db.prepare(url)
+                        schema.prepare(url)
                         env = base_env(url, work / f"rag_home_{name}", fake.base_url, ROOT)
                         env["WEBHOOK_ACCEPT_UNSOLICITED"] = "true"
                         commands = {phase: ours_command(phase, corpus, hnsw) for phase in ("initial", "recrawl")}

@@ -930,9 +930,9 @@ def _self_cpu() -> float:
 def plain_loop_main() -> int:
     """The subprocess of the plain path: route, pick the queued work, apply it in the sensor's batch
     bounds, again at once while there is work; one JSON line per pass and per batch on stdout."""
-    from rag_pipeline.core.batching import plan_batches
+    from rag_pipeline.core.batch_sizing import plan_batches
     from rag_pipeline.embedders.factory import make_embedder
-    from rag_pipeline.ingest.batch import RetryPolicy, Skipped, Sourced, Staged, Switched, Failed, apply_batch
+    from rag_pipeline.ingest.batch_apply import RetryPolicy, Skipped, Sourced, Staged, Switched, Failed, apply_batch
     from rag_pipeline.ingest.routing import route_batch
     from rag_pipeline.settings import get_settings
     from rag_pipeline.store import deliveries

@@ -34,7 +34,7 @@ from bench.loading import apply_pages  # noqa: E402
 from bench.labelled import django_docs  # noqa: E402
 from bench.search_quality import pct  # noqa: E402
 from rag_pipeline.core.urls import normalize_url  # noqa: E402
-from rag_pipeline.embedders.local import LocalEmbedder  # noqa: E402
+from rag_pipeline.embedders.local_embedder import LocalEmbedder  # noqa: E402
 from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline.store import db  # noqa: E402

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 
 from bench.database import bench_database  # noqa: E402
 from rag_pipeline.embedders.base import EmbedResult  # noqa: E402
-from rag_pipeline.ingest import batch as batch_apply  # noqa: E402
+from rag_pipeline.ingest import batch_apply as batch_apply  # noqa: E402
 from rag_pipeline.ingest import model_switch  # noqa: E402
 from rag_pipeline.ingest.routing import route_batch  # noqa: E402
 from rag_pipeline.store import chunks as chunk_store  # noqa: E402

@@ -1,5 +1,5 @@
 """The UI's asset-page queries for one large site, on one partition set and split into shards
-(issue: the partition ceiling, PARTITION_CEILING in rag_pipeline/core/sites.py).
+(issue: the partition ceiling, PARTITION_CEILING in rag_pipeline/core/site_spec.py).
 
 One run measures both layouts of a site `big` of N pages (default 300,000), each in its own fresh
 Dagster instance (its own DAGSTER_HOME with deploy/dagster.yaml, its own database on one
@@ -69,7 +69,7 @@ from psycopg import sql  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
 from bench.ui_partitions_location import SITE, shard_ids, spec  # noqa: E402
-from rag_pipeline.core.sites import shard_of  # noqa: E402
+from rag_pipeline.core.site_spec import shard_of  # noqa: E402
 from rag_pipeline.store import db, embedded  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -439,7 +439,7 @@ def asset_key_input(key) -> dict:
 def measure_layout(admin_url: str, pages: int, shards: int, warm: int, batch: int, say) -> dict:
     import dagster as dg
 
-    from rag_pipeline.components.discovery import discovery_key
+    from rag_pipeline.components.discovery_asset import discovery_key
 
     label = "unsharded" if shards == 1 else f"sharded S={shards}"
     site = spec(shards)

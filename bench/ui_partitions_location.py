@@ -10,7 +10,7 @@ import warnings
 
 import dagster as dg
 
-from rag_pipeline.core.sites import SiteSpec
+from rag_pipeline.core.site_spec import SiteSpec
 
 SITE = "big"
 GROUP = f"site_{SITE}"
@@ -30,7 +30,7 @@ def shard_ids(shards: int) -> list[int | None]:
 
 
 def build(shards: int) -> dg.Definitions:
-    from rag_pipeline.components.discovery import discovery_asset
+    from rag_pipeline.components.discovery_asset import discovery_asset
     from rag_pipeline.defs.index.assets import page_assets
     from rag_pipeline.defs.index.partitions import partitions_def
     from rag_pipeline.defs.resources import defs as resource_defs

@@ -46,7 +46,7 @@ import psycopg.sql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.store import db, embedded  # noqa: E402
+from rag_pipeline.store import db, embedded, schema  # noqa: E402
 
 TOKEN = "bench-token"
 WORDS = ("index vector page crawl delivery token chunk embedding search query postgres hash "
@@ -358,7 +358,7 @@ def settle(server_url: str) -> None:
 
 def fresh_database(server_url: str, name: str) -> str:
     url = db.with_database(server_url, name)
-    db.prepare(url)
+    schema.prepare(url)
     return url
 
 

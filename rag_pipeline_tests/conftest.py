@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from rag_pipeline.settings import get_settings
-from rag_pipeline.store import db, embedded
+from rag_pipeline.store import db, embedded, schema
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +46,7 @@ def _require_working_vectors(url: str, log_file: Path) -> None:
 def _fresh_database(pg_server_url: str):
     name = f"t_{uuid.uuid4().hex[:12]}"
     url = db.with_database(pg_server_url, name)
-    db.prepare(url)
+    schema.prepare(url)
     yield url
     pool = db._pools.pop(url, None)
     if pool is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import dagster as dg
 import httpx
 
-from rag_pipeline.defs.index.batch import pages_of as batch_pages
+from rag_pipeline.defs.index.batch_runs import pages_of as batch_pages
 from rag_pipeline.defs.index.partitions import pages_partitions
 
 TOKEN = "e2e-token"

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.embedders import local
+from rag_pipeline.embedders import local_embedder
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline.store import spaces
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
@@ -140,7 +140,7 @@ def test_a_key_keeps_a_local_index_on_its_model_and_chunk_budget(database_url, c
         put(conn, OTHER, OTHER_PAGE)
         pipeline.tick()
         signature = conn.execute("SELECT DISTINCT chunker_version FROM pages").fetchall()
-        assert live_spaces(conn, URL) == {local.MODEL_NAME} and len(signature) == 1
+        assert live_spaces(conn, URL) == {local_embedder.MODEL_NAME} and len(signature) == 1
 
         with FakeOpenAI(dimensions=64) as fake:
             configure(monkeypatch, OPENAI_API_KEY="sk-chat", OPENAI_BASE_URL=fake.base_url)
@@ -151,5 +151,5 @@ def test_a_key_keeps_a_local_index_on_its_model_and_chunk_budget(database_url, c
             result = evaluate_sensor(defs, "rechunk_sensor", instance)
             assert not result.run_requests, [r.partition_key for r in result.run_requests]
             assert fake.requests == 0
-        assert switched(conn, URL) and live_spaces(conn, URL) == {local.MODEL_NAME}
+        assert switched(conn, URL) and live_spaces(conn, URL) == {local_embedder.MODEL_NAME}
         assert conn.execute("SELECT DISTINCT chunker_version FROM pages").fetchall() == signature

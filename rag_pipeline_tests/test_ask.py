@@ -20,7 +20,7 @@ from pgvector.psycopg import register_vector
 
 from rag_pipeline.cli import main as cli
 from rag_pipeline.embedders.hash_embedder import HashEmbedder
-from rag_pipeline.embedders.local import LocalEmbedder
+from rag_pipeline.embedders.local_embedder import LocalEmbedder
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.routing import route_batch

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rag_pipeline.cli import main
 from rag_pipeline.settings import Settings, get_settings
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def test_a_database_without_the_current_schema_is_refused_with_what_to_run(monke
         with pytest.raises(dg.DagsterResourceFunctionError) as raised:
             with dg.build_resources({"postgres": PostgresResource()}):
                 pass
-        assert isinstance(raised.value.__cause__, db.SchemaOutdated)
+        assert isinstance(raised.value.__cause__, schema.SchemaOutdated)
         assert "run `rag-pipeline db migrate`" in str(raised.value.__cause__)
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT to_regclass('pages')").fetchone()[0] is None

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "sql", "rag_pipeline", "webhook_sensor",
@@ -25,12 +25,12 @@ SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "sql", "rag
 PROBE = """
 import json, sys
 import rag_pipeline, rag_pipeline.definitions as location
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 defs = location.defs()
 print(json.dumps({
     "package": rag_pipeline.__file__,
-    "migrations": str(db.SQL_DIR),
-    "versions": [m.version for m in db.migrations()],
+    "migrations": str(schema.SQL_DIR),
+    "versions": [m.version for m in schema.migrations()],
     "jobs": sorted({job.name for job in defs.jobs}),
     "sensors": sorted(sensor.name for sensor in defs.sensors),
 }))
@@ -86,7 +86,7 @@ def _release_env(site: Path, **extra: str) -> dict[str, str]:
 
 def test_the_wheel_carries_every_migration(installed):
     wheel, _ = installed
-    assert _shipped_migrations(wheel) == [path.name for path in db.migration_files(CHECKOUT / "sql")]
+    assert _shipped_migrations(wheel) == [path.name for path in schema.migration_files(CHECKOUT / "sql")]
 
 
 def test_a_wheel_built_again_carries_only_the_migrations_there_are_now(tmp_path):
@@ -94,12 +94,12 @@ def test_a_wheel_built_again_carries_only_the_migrations_there_are_now(tmp_path)
     ride along under its old name (db migrate applies every numbered file it finds)."""
     source = _copy_sources(tmp_path / "source")
     first = _build_wheel(source, tmp_path / "first")
-    newest = db.migration_files(source / "sql")[-1]
+    newest = schema.migration_files(source / "sql")[-1]
     renamed = newest.with_name(f"{int(newest.name[:3]) + 1:03d}{newest.name[3:]}")
     newest.rename(renamed)
     second = _build_wheel(source, tmp_path / "second")
     assert newest.name in _shipped_migrations(first) and renamed.name not in _shipped_migrations(first)
-    assert _shipped_migrations(second) == [path.name for path in db.migration_files(source / "sql")]
+    assert _shipped_migrations(second) == [path.name for path in schema.migration_files(source / "sql")]
     assert newest.name not in _shipped_migrations(second)
 
 
@@ -110,7 +110,7 @@ def test_an_installed_release_loads_its_code_location_away_from_any_checkout(ins
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(found["package"]).is_relative_to(site), found["package"]
     assert Path(found["migrations"]) == site / "rag_pipeline" / "migrations"
-    assert found["versions"] == [m.version for m in db.migrations(CHECKOUT / "sql")]
+    assert found["versions"] == [m.version for m in schema.migrations(CHECKOUT / "sql")]
     assert {"index_batch", "index_page", "rechunk", "push", "prune"} <= set(found["jobs"])
     assert "delivery_sensor" in found["sensors"]
     # The sites declared in YAML under defs/ ship with it (the sample site, switched on here).
@@ -126,7 +126,7 @@ def test_an_installed_release_migrates_a_new_database(installed, tmp_path, pg_se
         _run([sys.executable, "-m", "rag_pipeline.cli", "db", "migrate"], cwd=tmp_path, env=env)
         with psycopg.connect(url) as conn:
             applied = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
-        assert applied == [m.version for m in db.migrations(CHECKOUT / "sql")]
+        assert applied == [m.version for m in schema.migrations(CHECKOUT / "sql")]
     finally:
         db.close_pools()
         with psycopg.connect(pg_server_url, autocommit=True) as conn:

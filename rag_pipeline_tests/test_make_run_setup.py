@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from rag_pipeline.store import db, embedded
+from rag_pipeline.store import db, embedded, schema
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_setup_with_database_url_only(users_server, tmp_path, form, monkeypatch)
         assert conn.execute("SELECT to_regclass('runs') IS NOT NULL").fetchone()[0]
     assert {"key": "rag/kind", "value": "push", "limit": 1} in limits
     with psycopg.connect(db.with_database(url, "rag_" + form)) as conn:
-        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(db.migration_files())
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(schema.migration_files())
     assert not (home / "pgdata").exists(), "the embedded server must not start when DATABASE_URL is set"
     assert (home / "webhook_token").read_text().strip()
     assert (home / "query_api_token").read_text().strip() != (home / "webhook_token").read_text().strip()

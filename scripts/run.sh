@@ -58,7 +58,7 @@ fi
 pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" serve --host 127.0.0.1 --port "$QUERY_API_PORT" &
 pids+=($!)
-"${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.site --root samples/site --port "$SITE_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT" &
 pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
 pids+=($!)

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from rag_pipeline.settings import Settings, get_settings
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 from rag_pipeline.store.deliveries import INSERT_DELIVERY
 from webhook_sensor import intake
 from webhook_sensor.intake import HeaderIndex, Probe, Refused
@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         failing = None
         while True:
             try:
-                await asyncio.to_thread(db.require_current, url)
+                await asyncio.to_thread(schema.require_current, url)
                 break
             except (db.DatabaseError, psycopg.OperationalError) as exc:
                 unreachable = isinstance(exc, psycopg.OperationalError) or isinstance(exc.__cause__, psycopg.OperationalError)

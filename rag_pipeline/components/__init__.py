@@ -1,6 +1,6 @@
 """Dagster component types of this project (`dg list components`): one YAML instance each under
 rag_pipeline/defs/."""
 
-from rag_pipeline.components.site import SiteComponent
+from rag_pipeline.components.site_component import SiteComponent
 
 __all__ = ["SiteComponent"]

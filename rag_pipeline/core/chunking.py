@@ -5,7 +5,7 @@ boundaries must stay where they were when the text around them did not change. G
 packing from the start of a section fails that: one inserted paragraph shifts every later
 boundary. The algorithm here:
 
-1. Parse the text into blocks: ATX headings, setext/RST underlined headings, fenced code
+1. Parse the text into blocks (`core/markdown_blocks.py`): ATX headings, setext/RST underlined headings, fenced code
    blocks (never cut inside) and paragraphs (separated by blank lines). A block owns the
    blank lines that follow it, so chunks are contiguous and lossless.
 2. Headings of level <= ANCHOR_MAX_LEVEL (3) start a new section, and every section starts a
@@ -34,14 +34,15 @@ boundary. The algorithm here:
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, encoding
+from rag_pipeline.core.markdown_blocks import Block, parse_blocks
+from rag_pipeline.core.embed_text import BREADCRUMB_MAX_TOKENS, HeadingIndex, breadcrumb, tail_within
+from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, char_index, count_tokens, encoding
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -60,15 +61,9 @@ CHUNKER_VERSION = "2"
 # since cutting at every minor heading would make many tiny chunks.
 ANCHOR_MAX_LEVEL = 3
 
-# The breadcrumb is context, not content: cap it so long heading paths cannot crowd out the
-# text or push an input past the embedding limit.
-BREADCRUMB_MAX_TOKENS = 64
-
 # Any single code point is at most 4 tokens (4 UTF-8 bytes), so a budget of 8 always
 # lets the token-level fallback make progress.
 MIN_MAX_TOKENS = 8
-
-_BREADCRUMB_SEPARATOR = " > "
 
 
 @dataclass(frozen=True)
@@ -84,161 +79,6 @@ class Chunk:
     token_count: int  # Tokens of embed_text, the text actually sent to the embedder.
 
 
-# --------------------------------------------------------------------------- parsing
-
-_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*")
-_ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
-_FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-_FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
-# Markdown setext uses = and -; RST also underlines with these characters.
-_UNDERLINE = re.compile(r" {0,3}([=\-~^*+#\"'`])\1{2,}[ \t]*")
-_NOT_A_TITLE = re.compile(r" {0,3}(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)| {0,3}[>|]| {4}")
-
-
-@dataclass
-class _Block:
-    start: int
-    end: int = -1
-    is_code: bool = False
-    is_blank: bool = False
-    heading_style: tuple[str, bool] | None = None  # Underline style: (character, has overline).
-    level: int | None = None  # Heading level, None for body blocks.
-    title: str = ""
-
-
-def _line_spans(text: str) -> list[tuple[int, int]]:
-    # Only "\n" ends a line: str.splitlines would also split on \x0b, \x1c, \u2028, ...
-    spans = []
-    pos = 0
-    length = len(text)
-    while pos < length:
-        newline = text.find("\n", pos)
-        end = length if newline < 0 else newline + 1
-        spans.append((pos, end))
-        pos = end
-    return spans
-
-
-def _is_blank(line: str) -> bool:
-    return not line.strip(" \t\r\f\v")
-
-
-def _is_fence_open(line: str) -> re.Match[str] | None:
-    match = _FENCE_OPEN.fullmatch(line)
-    if match and match.group(1)[0] == "`" and "`" in match.group(2):
-        return None  # CommonMark: a backtick fence's info string has no backtick.
-    return match
-
-
-def _is_title(line: str) -> bool:
-    return not (
-        _is_blank(line)
-        or _ATX.fullmatch(line)
-        or _is_fence_open(line)
-        or _UNDERLINE.fullmatch(line)
-        or _NOT_A_TITLE.match(line)
-    )
-
-
-def _atx_title(match: re.Match[str]) -> str:
-    return _ATX_CLOSING.sub("", match.group(2) or "").strip()
-
-
-def _parse_blocks(text: str) -> list[_Block]:
-    spans = _line_spans(text)
-    lines = [text[a:b].rstrip("\n").rstrip("\r") for a, b in spans]
-    count = len(lines)
-    blocks: list[_Block] = []
-    at_block_start = True  # After a blank line, a heading or a fence, a line starts a block.
-    i = 0
-    while i < count:
-        line = lines[i]
-        if _is_blank(line):
-            if not blocks:
-                blocks.append(_Block(start=0, is_blank=True))
-            at_block_start = True
-            i += 1
-            continue
-        start = spans[i][0]
-
-        over = _UNDERLINE.fullmatch(line) if at_block_start and i + 2 < count else None
-        if over and over.group(1) not in "`~":
-            # RST title with overline. Not with ` or ~: that is a one-line fenced code block.
-            under = _UNDERLINE.fullmatch(lines[i + 2])
-            title = lines[i + 1].strip()
-            if under and under.group(1) == over.group(1) and title and _is_title(title):
-                blocks.append(_Block(start=start, heading_style=(over.group(1), True), title=title))
-                i += 3
-                at_block_start = True
-                continue
-
-        atx = _ATX.fullmatch(line)
-        if atx:
-            blocks.append(_Block(start=start, level=len(atx.group(1)), title=_atx_title(atx)))
-            i += 1
-            at_block_start = True
-            continue
-
-        fence = _is_fence_open(line)
-        if fence:
-            marker = fence.group(1)
-            j = i + 1
-            while j < count:
-                close = _FENCE_CLOSE.fullmatch(lines[j])
-                if close and close.group(1)[0] == marker[0] and len(close.group(1)) >= len(marker):
-                    break
-                j += 1
-            blocks.append(_Block(start=start, is_code=True))
-            i = j + 1  # An unclosed fence runs to the end of the text, as in CommonMark.
-            at_block_start = True
-            continue
-
-        if at_block_start and i + 1 < count and _is_title(line):
-            under = _UNDERLINE.fullmatch(lines[i + 1])
-            if under:
-                char = under.group(1)
-                length = len(lines[i + 1].strip())
-                # RST wants the underline at least as long as the title; requiring that for
-                # characters other than = and - keeps "***" rules apart, and at least four
-                # ~ or ` keeps the usual three-character code fence after "Run:" a fence.
-                if char in "=-" or (length >= len(line.strip()) and (char not in "~`" or length >= 4)):
-                    blocks.append(_Block(start=start, heading_style=(char, False), title=line.strip()))
-                    i += 2
-                    at_block_start = True
-                    continue
-
-        if at_block_start:
-            blocks.append(_Block(start=start))
-        at_block_start = False
-        i += 1
-
-    if len(blocks) > 1 and blocks[0].is_blank:
-        # Leading blank lines belong to the first real block, so no chunk is only whitespace.
-        blocks[1].start = 0
-        del blocks[0]
-    for block, following in zip(blocks, blocks[1:]):
-        block.end = following.start
-    if blocks:
-        blocks[-1].end = len(text)
-    _assign_underline_levels(blocks)
-    return blocks
-
-
-def _assign_underline_levels(blocks: list[_Block]) -> None:
-    styles = [b.heading_style for b in blocks if b.heading_style is not None]
-    if all(style in {("=", False), ("-", False)} for style in styles):
-        levels = {("=", False): 1, ("-", False): 2}  # Markdown setext.
-    else:
-        # RST: a style's level is the order in which it first appears in the document.
-        levels = {}
-        for style in styles:
-            levels.setdefault(style, min(len(levels) + 1, 6))
-    for block in blocks:
-        if block.heading_style is not None:
-            block.level = levels[block.heading_style]
-
-
-# --------------------------------------------------------------------------- units
 
 
 @dataclass
@@ -256,10 +96,10 @@ class _Unit:
 
 @dataclass
 class _Section:
-    blocks: list[_Block] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
 
 
-def _sections(blocks: Sequence[_Block]) -> list[_Section]:
+def _sections(blocks: Sequence[Block]) -> list[_Section]:
     sections: list[_Section] = []
     for block in blocks:
         is_anchor = block.level is not None and block.level <= ANCHOR_MAX_LEVEL
@@ -269,10 +109,6 @@ def _sections(blocks: Sequence[_Block]) -> list[_Section]:
             sections.append(_Section())
         sections[-1].blocks.append(block)
     return sections
-
-
-def _count(text: str) -> int:
-    return len(encoding().encode_ordinary(text))
 
 
 # Only the opening of a unit decides its boundary strength: an edit further into a
@@ -297,11 +133,6 @@ def _line_cuts(text: str) -> list[int]:
     return [m.end() for m in re.finditer("\n", text) if m.end() < len(text)]
 
 
-def _char_index(text: str, byte_count: int) -> int:
-    """Largest str index whose UTF-8 prefix fits in byte_count bytes (never mid-character)."""
-    return len(text.encode("utf-8")[:byte_count].decode("utf-8", errors="ignore"))
-
-
 def _token_pieces(text: str, offset: int, max_tokens: int) -> list[tuple[int, int, int]]:
     """Last resort for text with no sentence or line break: pieces of at most max_tokens."""
     enc = encoding()
@@ -315,15 +146,15 @@ def _token_pieces(text: str, offset: int, max_tokens: int) -> list[tuple[int, in
         if len(tokens) <= max_tokens:
             cut = len(window)
         else:
-            cut = max(1, _char_index(window, len(enc.decode_bytes(tokens[:max_tokens]))))
+            cut = max(1, char_index(window, len(enc.decode_bytes(tokens[:max_tokens]))))
             space = max(window.rfind(" ", cut // 2, cut), window.rfind("\n", cut // 2, cut))
             if space > 0:
                 cut = space + 1  # Prefer to keep words whole when a space is near.
             while 1 < cut < len(window) and unicodedata.combining(window[cut]):
                 cut -= 1  # Keep a combining mark with its base character.
-            while cut > 1 and _count(window[:cut]) > max_tokens:
+            while cut > 1 and count_tokens(window[:cut]) > max_tokens:
                 cut = max(1, cut - max(1, cut // 16))
-        n = _count(window[:cut])
+        n = count_tokens(window[:cut])
         pieces.append((offset + pos, offset + pos + cut, n))
         pos += cut
     return pieces
@@ -342,7 +173,7 @@ def _split_text(
         bounds = [0, *cuts, len(text)]
         for a, b in zip(bounds, bounds[1:]):
             piece = text[a:b]
-            n = _count(piece)
+            n = count_tokens(piece)
             if n <= max_tokens:
                 pieces.append((offset + a, offset + b, n))
             elif cutters[depth + 1 :]:
@@ -355,7 +186,7 @@ def _split_text(
 
 def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
     # Glue each heading to what follows it: a cut right after a heading would orphan it.
-    groups: list[list[_Block]] = [[]]
+    groups: list[list[Block]] = [[]]
     for block in section.blocks:
         groups[-1].append(block)
         if block.level is None:
@@ -367,7 +198,7 @@ def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
     for group in groups:
         start, end = group[0].start, group[-1].end
         starts_with_heading = group[0].level is not None
-        n = _count(text[start:end])
+        n = count_tokens(text[start:end])
         if n <= max_tokens:
             units.append(
                 _Unit(start, end, n, starts_with_heading=starts_with_heading, key_start=group[-1].start)
@@ -376,7 +207,7 @@ def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
         # Too big for one chunk: its blocks become units of their own, then an oversized
         # block is cut at sentences (not in code), lines, tokens.
         for block in group:
-            m = _count(text[block.start : block.end])
+            m = count_tokens(text[block.start : block.end])
             if m <= max_tokens:
                 pieces = [(block.start, block.end, m)]
             else:
@@ -426,7 +257,7 @@ def _fit(
 ) -> list[tuple[int, int]]:
     """Split units[lo:hi] at their strongest boundaries until every piece fits the budget."""
     start, end = units[lo].start, units[hi - 1].end
-    if hi - lo == 1 or _count(text[start:end]) <= max_tokens:
+    if hi - lo == 1 or count_tokens(text[start:end]) <= max_tokens:
         return [(lo, hi)]
     sizes = [0]
     for k in range(lo, hi):
@@ -437,109 +268,6 @@ def _fit(
     k = min(balanced or candidates, key=lambda k: (units[k - 1].strength, k))
     left = _fit(text, units, lo, k, max_tokens, min_spacing)
     return left + _fit(text, units, k, hi, max_tokens, min_spacing)
-
-
-# --------------------------------------------------------------------------- embed text
-
-
-def _prefix_within(text: str, max_tokens: int) -> str:
-    enc = encoding()
-    tokens = enc.encode_ordinary(text)
-    if len(tokens) <= max_tokens:
-        return text
-    cut = _char_index(text, len(enc.decode_bytes(tokens[:max_tokens])))
-    while cut > 0 and _count(text[:cut]) > max_tokens:
-        cut -= 1
-    return text[:cut]
-
-
-_WORD_START = re.compile(r"(?<=\s)\S")
-
-
-def _tail_within(text: str, max_tokens: int) -> str:
-    """About max_tokens tokens from the end of text, starting at a word when there is one."""
-    if max_tokens <= 0 or not text.strip():
-        return ""
-    enc = encoding()
-    # A bounded window: the overlap is short, the previous chunk may not be.
-    window_start = max(0, len(text) - (max_tokens * 16 + 64))
-    window = text[window_start:]
-    tokens = enc.encode_ordinary(window)
-    if len(tokens) <= max_tokens:
-        cut = 0
-    else:
-        skip_bytes = len(enc.decode_bytes(tokens[: len(tokens) - max_tokens]))
-        cut = _char_index(window, skip_bytes)
-        if len(window[:cut].encode("utf-8")) < skip_bytes:
-            cut += 1  # The token boundary fell inside a character: start after it.
-        if cut >= len(window):
-            return ""  # Even the last character alone is over the overlap budget.
-    absolute = window_start + cut
-    at_word_start = absolute == 0 or (text[absolute - 1].isspace() and not text[absolute].isspace())
-    if not at_word_start:
-        word = _WORD_START.search(window, cut)
-        if word is not None:
-            cut = word.start()
-        # Without any word start (CJK, a long URL) the character boundary has to do.
-    tail = window[cut:]
-    while tail.strip() and _count(tail) > max_tokens:
-        following = _WORD_START.search(tail, 1)
-        tail = tail[following.start() :] if following else tail[1:]
-    return tail if tail.strip() else ""
-
-
-def _breadcrumb(titles: Sequence[str]) -> str:
-    titles = [t for t in titles if t]
-    while titles:
-        crumb = _BREADCRUMB_SEPARATOR.join(titles) + "\n\n"
-        if _count(crumb) <= BREADCRUMB_MAX_TOKENS:
-            return crumb
-        if len(titles) == 1:
-            # One huge heading: keep its start, the most telling part.
-            return _prefix_within(titles[0], BREADCRUMB_MAX_TOKENS - 2).rstrip() + "\n\n"
-        titles = titles[1:]  # Drop the outermost heading first; the innermost says most.
-    return ""
-
-
-class _HeadingIndex:
-    """Heading paths by text offset, for heading_path and the breadcrumbs."""
-
-    def __init__(self, blocks: Sequence[_Block]) -> None:
-        self.blocks = blocks
-        self.starts = [block.start for block in blocks]
-        # path_after[i]: (level, block position, title) of the open headings after blocks[i].
-        self.path_after: list[tuple[tuple[int, int, str], ...]] = []
-        path: tuple[tuple[int, int, str], ...] = ()
-        for position, block in enumerate(blocks):
-            if block.level is not None:
-                level = block.level
-                path = tuple(entry for entry in path if entry[0] < level) + ((level, position, block.title),)
-            self.path_after.append(path)
-
-    def at(self, start: int, end: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(heading path, breadcrumb) of the chunk text[start:end].
-
-        The path includes the headings the chunk opens with; the breadcrumb leaves those
-        out, since the chunk already shows them.
-        """
-        first = bisect.bisect_right(self.starts, start) - 1
-        block = self.blocks[first]
-        if block.start == start and block.level is not None:
-            last = first
-            while (
-                last + 1 < len(self.blocks)
-                and self.blocks[last + 1].level is not None
-                and self.blocks[last + 1].start < end
-            ):
-                last += 1
-            path = self.path_after[last]
-            crumb = tuple(title for _, position, title in path if position < first)
-        else:
-            # A body block does not change the path; a chunk that starts inside a (huge)
-            # heading block gets that heading as context.
-            path = self.path_after[first]
-            crumb = tuple(title for _, _, title in path)
-        return tuple(title for _, _, title in path), crumb
 
 
 def _validate(max_tokens: int, overlap_tokens: int) -> None:
@@ -562,8 +290,8 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
     _validate(max_tokens, overlap_tokens)
     if not text:
         return []
-    blocks = _parse_blocks(text)
-    headings = _HeadingIndex(blocks)
+    blocks = parse_blocks(text)
+    headings = HeadingIndex(blocks)
     min_spacing = max(1, max_tokens // 4)
 
     chunks: list[Chunk] = []
@@ -576,23 +304,23 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                 start, end = units[a].start, units[b - 1].end
                 content = text[start:end]
                 path, crumb_titles = headings.at(start, end)
-                crumb = _breadcrumb(crumb_titles)
+                crumb = breadcrumb(crumb_titles)
                 # The overlap ends where the content starts, so overlap + content is itself
                 # a slice of the page: no separator is invented.
-                overlap = _tail_within(previous_content, overlap_tokens) if previous_content else ""
+                overlap = tail_within(previous_content, overlap_tokens) if previous_content else ""
                 # Trailing blank lines say nothing to the model, and would make the last chunk of
                 # a page differ from the same text followed by more page (a shorter page's tail).
                 body = content.rstrip() or content
                 embed_text = crumb + overlap + body
-                token_count = _count(embed_text)
-                limit = max_tokens + overlap_tokens + _count(crumb)
+                token_count = count_tokens(embed_text)
+                limit = max_tokens + overlap_tokens + count_tokens(crumb)
                 if token_count > limit:
                     # Token counts are not strictly additive across a join; drop the extras
                     # rather than ever exceed the promised budget.
                     embed_text = crumb + body
-                    token_count = _count(embed_text)
+                    token_count = count_tokens(embed_text)
                     if token_count > limit:
-                        embed_text, token_count = body, _count(body)
+                        embed_text, token_count = body, count_tokens(body)
                 chunks.append(
                     Chunk(
                         index=len(chunks),

@@ -6,9 +6,11 @@ import codecs
 import re
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 from xml.parsers import expat
+
+from rag_pipeline.core.w3c_datetime import MAX_LASTMOD_CHARS, parse_lastmod
 
 __all__ = [
     "MAX_URLS_PER_FILE",
@@ -17,7 +19,6 @@ __all__ = [
     "SitemapError",
     "Entry",
     "SitemapParser",
-    "parse_lastmod",
     "parse_sitemap",
 ]
 
@@ -30,19 +31,13 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 _BLANK = b" \t\r\n"
 # Inflate and check in steps this size: a bomb is stopped within one step of the limit.
 _STEP = 64 * 1024
-_MAX_LASTMOD_CHARS = 64
 # Text held for one field stops growing here; the slack is for whitespace around a value.
-_FIELD_LIMITS = {"loc": MAX_LOC_CHARS + 1_024, "lastmod": _MAX_LASTMOD_CHARS + 1_024}
+_FIELD_LIMITS = {"loc": MAX_LOC_CHARS + 1_024, "lastmod": MAX_LASTMOD_CHARS + 1_024}
 # A text-sitemap line in bytes: up to 4 per character in UTF-8, plus the same slack.
 _MAX_LINE_BYTES = 4 * MAX_LOC_CHARS + 1_024
 _ENTRY_ELEMENT = {"urlset": "url", "sitemapindex": "sitemap"}
 _UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
 _HTML_START = re.compile(rb"<(?:!doctype\s+html|html)[\s>]", re.IGNORECASE)
-_W3C_DATETIME = re.compile(
-    r"([0-9]{4})(?:-([0-9]{2})(?:-([0-9]{2})"
-    r"(?:[Tt]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]+))?)?"
-    r"([Zz]|[+-][0-9]{2}:?[0-9]{2})?)?)?)?"
-)
 
 
 class SitemapError(ValueError):
@@ -55,40 +50,6 @@ class Entry:
 
     loc: str
     lastmod: datetime | None = None
-
-
-def _parse_tzd(tzd: str | None) -> timezone:
-    if tzd is None or tzd in "Zz":
-        return timezone.utc  # A missing zone is common in the wild; UTC is the usual intent.
-    digits = tzd[1:].replace(":", "")
-    hours, minutes = int(digits[:2]), int(digits[2:])
-    if minutes > 59:
-        raise ValueError("bad offset")
-    offset = timedelta(hours=hours, minutes=minutes)
-    return timezone(-offset if tzd[0] == "-" else offset)
-
-
-def parse_lastmod(text: str) -> datetime | None:
-    """Lenient on purpose: a bad lastmod loses the hint, never the URL."""
-    text = text.strip()
-    match = _W3C_DATETIME.fullmatch(text) if len(text) <= _MAX_LASTMOD_CHARS else None
-    if match is None:
-        return None
-    year, month, day, hour, minute, second, fraction, tzd = match.groups()
-    try:
-        value = datetime(
-            int(year),
-            int(month or 1),
-            int(day or 1),
-            int(hour or 0),
-            int(minute or 0),
-            int(second or 0),
-            int((fraction or "")[:6].ljust(6, "0")),
-            tzinfo=_parse_tzd(tzd),
-        )
-        return value.astimezone(timezone.utc)
-    except (ValueError, OverflowError):  # A field out of range, or the zone crosses year 1/9999.
-        return None
 
 
 class _Collector:

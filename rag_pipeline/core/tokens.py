@@ -6,7 +6,7 @@ import functools
 
 import tiktoken
 
-__all__ = ["MAX_EMBED_INPUT_TOKENS", "OFFLINE_ENCODING_NAME", "encoding", "count_tokens"]
+__all__ = ["MAX_EMBED_INPUT_TOKENS", "OFFLINE_ENCODING_NAME", "encoding", "count_tokens", "char_index"]
 
 # The embeddings API rejects a longer single input; the chunker must stay under it.
 MAX_EMBED_INPUT_TOKENS = 8191
@@ -33,3 +33,8 @@ def encoding() -> tiktoken.Encoding:
 def count_tokens(text: str) -> int:
     """Budgets are in tokens, and special-token strings in a page are ordinary text."""
     return len(encoding().encode_ordinary(text))
+
+
+def char_index(text: str, byte_count: int) -> int:
+    """Largest str index whose UTF-8 prefix fits in byte_count bytes (never mid-character)."""
+    return len(text.encode("utf-8")[:byte_count].decode("utf-8", errors="ignore"))

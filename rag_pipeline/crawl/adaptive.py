@@ -13,9 +13,9 @@ import psycopg
 
 from rag_pipeline.core.change_rate import estimate_many, pattern_rate
 from rag_pipeline.core.recrawl_policy import DAY_S, allocate, explain_allocated, implied_budget, Bounds
-from rag_pipeline.crawl.cadence import CadenceRules, format_interval
+from rag_pipeline.crawl.cadence_rules import CadenceRules, format_interval
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import cadence
+from rag_pipeline.store import crawl_observations
 
 #: A page's estimate joins its pattern's prior once it rests on this many observations.
 MIN_OBS_FOR_PRIOR = 5
@@ -39,7 +39,7 @@ class Refreshed:
 
 
 def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, leased_within: timedelta) -> Refreshed:
-    pages = cadence.scheduled_pages(conn, settings.cadence_history)
+    pages = crawl_observations.scheduled_pages(conn, settings.cadence_history)
     if not pages:
         budget = settings.crawl_budget_per_day or 0.0
         return Refreshed(0, 0, 0, budget, 0.0, "")
@@ -73,11 +73,11 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
               else f"CADENCE_BUDGET_SHARE {settings.cadence_budget_share:g} of what the rules' intervals push")
     if not idx.size:
         # Nothing to allocate: saying "a budget of 0 for 721 planned" would contradict itself.
-        cadence.record_estimates(conn, [(p.page_id, float(r)) for p, r in zip(pages, rates)
+        crawl_observations.record_estimates(conn, [(p.page_id, float(r)) for p, r in zip(pages, rates)
                                         if _moved(p.change_rate, float(r))])
         note = ("no page has an adaptive cadence (each is fixed by its rule or set by hand): the budget "
                 "applies to adaptive pages only, and the pushes planned are the fixed cadences'")
-        cadence.record_budget(conn, fixed_spend, fixed_spend, 0, note)
+        crawl_observations.record_budget(conn, fixed_spend, fixed_spend, 0, note)
         return Refreshed(len(pages), 0, 0, fixed_spend, fixed_spend, note)
     plan = allocate(rates[idx], floors, ceilings, max(budget - fixed_spend, 1e-9))
     updates = []
@@ -93,15 +93,15 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
                f"every {format_interval(rule_of[i].every)}, {format_interval(timedelta(seconds=floors[k]))}"
                f"–{format_interval(timedelta(seconds=ceilings[k]))}; budget {budget:.0f} pushes/day ({source})")
         updates.append((page.page_id, interval, rate, why))
-    rewritten = cadence.set_cadences(conn, updates, leased_within)
-    cadence.record_estimates(conn, [(pages[i].page_id, float(rates[i])) for i in np.flatnonzero(~adaptable)
+    rewritten = crawl_observations.set_cadences(conn, updates, leased_within)
+    crawl_observations.record_estimates(conn, [(pages[i].page_id, float(rates[i])) for i in np.flatnonzero(~adaptable)
                                     if _moved(pages[i].change_rate, float(rates[i]))])
     planned = fixed_spend + plan.pushes_per_day()
     note = plan.note
     if fixed_spend >= budget:
         note = (f"the fixed cadences alone plan {fixed_spend:.0f} pushes/day, at or above the budget of "
                 f"{budget:.0f} ({source}): the adaptive pages are crawled at their rules' ceilings")
-    cadence.record_budget(conn, budget, planned, len(idx), note)
+    crawl_observations.record_budget(conn, budget, planned, len(idx), note)
     return Refreshed(len(pages), len(idx), rewritten, budget, planned, note)
 
 

@@ -23,7 +23,7 @@ from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.core.links import links_in
 from rag_pipeline.core.robots import DISALLOW_ALL, Robots
 from rag_pipeline.core.sitemaps import MAX_UNCOMPRESSED_BYTES, Entry, SitemapError, SitemapParser
-from rag_pipeline.core.sites import SiteSpec
+from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.crawl.guarded_http import FetchError, Refused, fetch
 from rag_pipeline.store import sites as store

@@ -33,7 +33,7 @@ def make_crawler(settings: Settings) -> Crawler:
             timeout_s=settings.crawler_timeout_s, page_wait_ms=settings.crawler_page_wait_ms,
             ajax_wait=settings.crawler_ajax_wait,
         )
-    from rag_pipeline.crawl.local import LocalCrawler
+    from rag_pipeline.crawl.local_crawler import LocalCrawler
 
     return LocalCrawler(
         callback_url=callback_url(settings), webhook_token=settings.resolved_webhook_token(),

@@ -13,7 +13,7 @@ from typing import Callable
 import psycopg
 
 from rag_pipeline.crawl.base import Crawler, PushError
-from rag_pipeline.core.sites import locate
+from rag_pipeline.core.site_spec import locate
 from rag_pipeline.store import pushes, schedule, sites
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ rid; monitoring probes (`User-Agent: Crawlbase Monitoring Bot 1.0`, `rid: dummyr
 
 Faults on demand (`faults` attribute, changeable while running): delivery delays, duplicate
 deliveries, out-of-order delivery, crawler status 503, push API errors (429/503), and pages that
-answer 404/410 or redirect whatever the site says. The loopback site (`rag_pipeline.crawl.site`)
+answer 404/410 or redirect whatever the site says. The loopback site (`rag_pipeline.crawl.loopback_site`)
 can also serve real 404/410s and redirects.
 """
 

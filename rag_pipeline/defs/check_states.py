@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from rag_pipeline import compat
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def _state(key: dg.AssetCheckKey, record, instance: dg.DagsterInstance, now: flo
     if record is None:
         return CheckState(name, "never evaluated", None, "no evaluation recorded yet", None)
     ago = round((now - record.create_timestamp) / 60, 1)
-    if record.status == AssetCheckExecutionRecordStatus.PLANNED:
+    if compat.check_record_planned(record):
         # Planned but never evaluated: still running, or its run failed before the check answered.
         run = instance.get_run_by_id(record.run_id)
         if run is not None and run.is_finished:

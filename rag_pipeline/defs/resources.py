@@ -21,7 +21,7 @@ from pydantic import PrivateAttr
 from rag_pipeline.crawl.base import Crawler
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.settings import Settings, load_settings
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 from rag_pipeline.store.spaces import Space
 
 
@@ -79,7 +79,7 @@ class PostgresResource(_Configured):
         super().setup_for_execution(context)
         # Checked once per run or evaluation, never migrated here: `rag-pipeline db migrate` is the
         # deploy step, and a code location running against an older schema must say so at once.
-        db.require_current(self.url())
+        schema.require_current(self.url())
 
     def url(self) -> str:
         return db.server_url(self.settings())

@@ -38,7 +38,7 @@ def make_embedder(settings: Settings) -> Embedder:
             max_retries=settings.embedding_max_retries,
         )
     if provider == "local":
-        from rag_pipeline.embedders.local import DIMENSIONS, LocalEmbedder
+        from rag_pipeline.embedders.local_embedder import DIMENSIONS, LocalEmbedder
 
         if settings.embedding_dimensions not in (None, DIMENSIONS):
             raise EmbeddingError(
@@ -63,10 +63,10 @@ def provider_kind(settings: Settings) -> str:
 
 def space_provider(model: str, dimensions: int) -> str:
     """Which provider made a space, from its name: the local and hash models have fixed names."""
-    from rag_pipeline.embedders import local
+    from rag_pipeline.embedders import local_embedder
     from rag_pipeline.embedders.hash_embedder import MODEL_PREFIX
 
-    if (model, dimensions) == (local.MODEL_NAME, local.DIMENSIONS):
+    if (model, dimensions) == (local_embedder.MODEL_NAME, local_embedder.DIMENSIONS):
         return "local"
     if model == f"{MODEL_PREFIX}{dimensions}":
         return "hash"
@@ -81,7 +81,7 @@ def make_embedder_for_space(settings: Settings, space: Space) -> Embedder:
     """
     provider = space_provider(space.model, space.dimensions)
     if provider == "local":
-        from rag_pipeline.embedders.local import LocalEmbedder
+        from rag_pipeline.embedders.local_embedder import LocalEmbedder
 
         return LocalEmbedder()
     if provider == "hash":
@@ -113,9 +113,9 @@ def configured_space(settings: Settings) -> tuple[str, str, int | None]:
     The dimensions are None for an OpenAI-compatible model of unknown size with none configured."""
     provider = settings.resolved_embedding_provider()
     if provider == "local":
-        from rag_pipeline.embedders import local
+        from rag_pipeline.embedders import local_embedder
 
-        return provider, local.MODEL_NAME, local.DIMENSIONS
+        return provider, local_embedder.MODEL_NAME, local_embedder.DIMENSIONS
     if provider == "hash":
         from rag_pipeline.embedders.hash_embedder import MODEL_PREFIX
 

@@ -7,7 +7,7 @@ the switch at the end of `embed_and_switch` is the only moment search sees anyth
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -17,8 +17,9 @@ from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
 from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
-from rag_pipeline.embedders.base import (EmbedResult, Embedder, EmbeddingError, PartialEmbeddingError,
-                                         PoisonedInputError)
+from rag_pipeline.embedders.base import Embedder
+from rag_pipeline.ingest import vector_cache
+from rag_pipeline.ingest.vector_cache import EmbedderFor
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, pages, spaces
 
@@ -167,10 +168,6 @@ class SwitchResult:
     request_share: float = 0.0  # its share of the requests it shared with other pages (by tokens)
 
 
-#: The embedder of a space: given the active space (None for an empty index), the embedder whose
-#: vectors live there (or, for None, the configured one, which makes the first space).
-EmbedderFor = Callable[[spaces.Space | None], Embedder]
-
 # `space activate` landing between a page's embedding and its switch costs one more pass; more in a
 # row means someone is flipping models back and forth, and the run fails (to be retried) instead.
 _MAX_PASSES = 3
@@ -235,11 +232,11 @@ def embed_and_switch(conn: psycopg.Connection, page_url: str, embedder: Embedder
     chunks_embedded, tokens_embedded = len(brought), prepaid.tokens
     requests, truncated = prepaid.requests, prepaid.truncated
     for _ in range(_MAX_PASSES):
-        missing, spent = _embed_missing(conn, page, unique, space, embedder)
+        missing, spent = vector_cache.embed_missing(conn, page, unique, space, embedder)
         chunks_embedded += len(missing)
         tokens_embedded, requests, truncated = (
             tokens_embedded + spent.tokens, requests + spent.requests, truncated + spent.truncated)
-        _embed_for_builds(conn, page_url, unique, embedder_for)
+        vector_cache.embed_for_builds(conn, page_url, unique, embedder_for)
         with conn.transaction():
             # Before reading the active space: a flip either waits for this switch (and catches up
             # on its texts) or has committed, and then this pass's vectors are for a retired space.
@@ -336,95 +333,6 @@ def switch_many(conn: psycopg.Connection, staged: Mapping[str, tuple[str, Sequen
     return results
 
 
-@dataclass(frozen=True)
-class _Spent:
-    tokens: int = 0
-    requests: int = 0
-    truncated: int = 0
-
-
-def _embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[bytes, chunk_store.StagedChunk],
-                   space: spaces.Space, embedder: Embedder) -> tuple[list[chunk_store.StagedChunk], _Spent]:
-    """Embed and cache the texts ``space`` has no vector for yet; returns them and their cost."""
-    # Vectors are content-addressed, so caching them before the switch is safe on any outcome.
-    cached = chunk_store.cached_hashes(conn, space, list(unique))
-    missing = [c for h, c in unique.items() if h not in cached]
-    if not missing:
-        return missing, _Spent()
-    try:
-        result = embedder.embed([c.embed_text for c in missing])
-    except PartialEmbeddingError as exc:
-        # Keep what was paid for; the page itself stays on its old version.
-        keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
-        if isinstance(exc, PoisonedInputError):
-            _record_failure(conn, page, f"embedding refused chunk(s) {exc.indices}: {exc.reason}")
-        else:
-            _record_failure(conn, page, f"embedding failed: {exc}")
-        raise
-    except EmbeddingError as exc:
-        _record_failure(conn, page, f"embedding failed: {exc}")
-        raise
-    with conn.transaction():
-        chunk_store.cache_vectors(
-            conn, space,
-            [(c.embed_hash, v, c.token_count) for c, v in zip(missing, result.vectors, strict=True)],
-        )
-    return missing, _Spent(result.tokens, result.requests, result.truncated)
-
-
-def keep_paid(conn: psycopg.Connection, space: spaces.Space, texts: list[tuple[bytes, int]],
-              exc: PartialEmbeddingError) -> None:
-    """Cache the vectors a failed call did get (``texts``: its inputs' (embed_hash, tokens), in order)."""
-    good = exc.good_vectors()
-    with conn.transaction():
-        chunk_store.cache_vectors(conn, space, [(texts[i][0], v, texts[i][1]) for i, v in good.items()])
-
-
-def cache_uncached(conn: psycopg.Connection, space: spaces.Space, embedder_of: Callable[[], Embedder | None],
-                   texts: Mapping[bytes, tuple[str, int]]) -> tuple[int, EmbedResult | None]:
-    """Embed and cache those of ``texts`` (embed_hash → (text, tokens)) that ``space`` has no vector
-    of; no transaction is open while the model works. The embedder is asked for only when there is
-    something to embed (None: none can embed for this space). Returns (texts embedded, the cost)."""
-    cached = chunk_store.cached_hashes(conn, space, list(texts))
-    conn.commit()
-    todo = [(h, text, tokens) for h, (text, tokens) in texts.items() if h not in cached]
-    embedder = embedder_of() if todo else None
-    if embedder is None:
-        return 0, None
-    try:
-        result = embedder.embed([text for _, text, _ in todo])
-    except PartialEmbeddingError as exc:
-        keep_paid(conn, space, [(h, tokens) for h, _, tokens in todo], exc)
-        raise
-    with conn.transaction():
-        chunk_store.cache_vectors(conn, space, [(h, v, tokens) for (h, _, tokens), v
-                                                in zip(todo, result.vectors, strict=True)])
-    return len(todo), result
-
-
-def _embed_for_builds(conn: psycopg.Connection, page_url: str, unique: dict[bytes, chunk_store.StagedChunk],
-                      embedder_for: EmbedderFor) -> None:
-    """While a model switch builds another space, a page switch writes that space too: its new
-    texts are embedded for it here, before the switch. If that fails (the other model is out of
-    reach from here), the switch goes on and the texts wait on the space's backlog for the build."""
-    texts = {h: (c.embed_text, c.token_count) for h, c in unique.items()}
-    def embedder_of(other: spaces.Space) -> Embedder | None:
-        embedder = embedder_for(other)
-        # A run pinned to one model (a fixed embedder) cannot embed for another.
-        return embedder if (embedder.model, embedder.dimensions) == (other.model, other.dimensions) else None
-
-    # Read after this pass's embedding: a flip that landed meanwhile leaves nothing to build.
-    building = [s for s in spaces.maintained(conn) if s.status == "building"]
-    for other in building:
-        try:
-            cache_uncached(conn, other, lambda: embedder_of(other), texts)
-        except Exception as exc:  # noqa: BLE001 - the build catches up on what this could not do
-            conn.rollback()
-            log.warning("%s: not embedded for space %s (%s) being built, left for its build: %s",
-                        page_url, other.space_id, other.model, exc)
-    conn.commit()
-
-
 def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: pages.Page,
             staged: list[chunk_store.StagedChunk], space: spaces.Space, building: list[spaces.Space],
             run_id: str | None,
@@ -448,11 +356,3 @@ def _switch(conn: psycopg.Connection, page_url: str, page: pages.Page, locked: p
         tokens_reused=tokens_reused, requests=requests, truncated=truncated, source_hash=page.source_hash,
         space_id=space.space_id, request_share=requests,
     )
-
-
-def _record_failure(conn: psycopg.Connection, page: pages.Page, error: str) -> None:
-    """Say on the delivery why its content is not searchable yet (the old version still is)."""
-    if page.source_delivery_id is None:
-        return
-    with conn.transaction():
-        deliveries.note_failed(conn, page.source_delivery_id, error)

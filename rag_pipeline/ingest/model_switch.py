@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import psycopg
 
 from rag_pipeline.embedders.base import Embedder
-from rag_pipeline.ingest import indexing
+from rag_pipeline.ingest import vector_cache
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import space_vectors, spaces
 
@@ -56,7 +56,7 @@ Progress = Callable[[BuildResult], None]
 def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embedder,
                    rows: list[space_vectors.ChunkText], result: BuildResult) -> None:
     texts = {r.embed_hash: (r.embed_text, r.token_count) for r in rows if r.embed_text is not None}
-    count, spent = indexing.cache_uncached(conn, space, lambda: embedder, texts)
+    count, spent = vector_cache.cache_uncached(conn, space, lambda: embedder, texts)
     if spent is not None:
         result.texts_embedded += count
         result.tokens_embedded += spent.tokens

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import psycopg
 
 from rag_pipeline.core.addresses import Network, host_refusal
-from rag_pipeline.core.batching import WorkItem
+from rag_pipeline.core.batch_sizing import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
-from rag_pipeline.core.sites import locate, site_boilerplate
+from rag_pipeline.core.site_spec import locate, site_boilerplate
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules

@@ -8,7 +8,7 @@ from datetime import datetime
 import psycopg
 from psycopg.rows import class_row
 
-from rag_pipeline.core.batching import WorkItem
+from rag_pipeline.core.batch_sizing import WorkItem
 from rag_pipeline.core.text import storable
 
 # One statement, shared by the async receiver and the sync helpers, so both store the same row.

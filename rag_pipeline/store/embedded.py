@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from rag_pipeline import compat
 from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def start(settings: Settings, *, create: bool = True):
     """Start (or attach to) the server; returns (server, created_now). It survives this process."""
     pgdata = pgdata_dir(settings)
     package = _package()
-    known = package.postgres_server.PostgresServer._instances.get(pgdata)
+    known = compat.embedded_server_known(package, pgdata)
     if known is not None and _postmaster(pgdata) is not None:
         return known, False   # served from this process already: adopted and started
     created = not exists(settings)
@@ -219,7 +220,7 @@ def watch(settings: Settings, every_s: float, say: Callable[[str], None]) -> Non
 
 
 def _restart(pgdata: Path) -> None:
-    known = _package().postgres_server.PostgresServer._instances.get(pgdata)
+    known = compat.embedded_server_known(_package(), pgdata)
     if known is not None:
         known.ensure_postgres_running()
     else:

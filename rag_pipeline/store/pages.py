@@ -9,7 +9,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
-from rag_pipeline.core.batching import WorkItem
+from rag_pipeline.core.batch_sizing import WorkItem
 
 
 @dataclass

@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
-from rag_pipeline.core.sites import SiteScope, SiteSpec
+from rag_pipeline.core.site_spec import SiteScope, SiteSpec
 
 
 @dataclass(frozen=True)

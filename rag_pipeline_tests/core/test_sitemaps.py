@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rag_pipeline.core.w3c_datetime import parse_lastmod
 from rag_pipeline.core.sitemaps import (
     MAX_LOC_CHARS,
     Entry,
     SitemapError,
     SitemapParser,
-    parse_lastmod,
     parse_sitemap,
 )
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from rag_pipeline.crawl.simulator import CrawlbaseSimulator
-from rag_pipeline.crawl.site import LoopbackSite
+from rag_pipeline.crawl.loopback_site import LoopbackSite
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline_tests.harness import TOKEN
 from rag_pipeline_tests.servers import serve

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.defs.index.index_view import snapshot_event
+from rag_pipeline.defs.index.index_asset import snapshot_event
 from rag_pipeline.settings import get_settings
 from rag_pipeline_tests.crawl.conftest import make_sim
 from rag_pipeline_tests.crawl.test_recrawl_e2e import Crawl, html

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.crawl.site import LoopbackSite
+from rag_pipeline.crawl.loopback_site import LoopbackSite
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import schedule
 

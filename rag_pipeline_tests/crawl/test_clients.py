@@ -9,7 +9,7 @@ import pytest
 from rag_pipeline.crawl.base import PushError
 from rag_pipeline.crawl.crawlbase import CrawlbaseCrawler
 from rag_pipeline.core.addresses import parse_networks
-from rag_pipeline.crawl.local import LocalCrawler
+from rag_pipeline.crawl.local_crawler import LocalCrawler
 from rag_pipeline.crawl.simulator import Faults
 from rag_pipeline_tests.crawl.conftest import CB_TOKEN, CRAWLER_NAME, make_sim
 

@@ -1,6 +1,6 @@
 import dagster as dg
 
-from rag_pipeline.crawl.health import CHECK_NAMES
+from rag_pipeline.crawl.crawler_health import CHECK_NAMES
 from rag_pipeline_tests.harness import load_defs
 
 

@@ -9,7 +9,7 @@ import uuid
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.core.sites import SiteSpec
+from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import deliveries, pushes, sites

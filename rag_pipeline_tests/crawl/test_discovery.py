@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rag_pipeline.core.addresses import parse_networks
-from rag_pipeline.core.sites import SiteSpec
+from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.crawl.discovery import read_site
 from rag_pipeline.crawl.guarded_http import guarded_client
 from rag_pipeline.crawl.robots_cache import RobotsCache
-from rag_pipeline.crawl.site import LoopbackSite
+from rag_pipeline.crawl.loopback_site import LoopbackSite
 
 AGENT = "rag-test/1"
 ALLOWED = parse_networks("127.0.0.0/8")
@@ -196,8 +196,8 @@ def test_a_page_first_seen_outside_discovery_lands_in_the_site_that_scopes_it(co
     anything else is the catch-all's."""
     import uuid
 
-    from rag_pipeline.core.sites import shard_of
-    from rag_pipeline.crawl.cadence import load_rules, parse_seeds
+    from rag_pipeline.core.site_spec import shard_of
+    from rag_pipeline.crawl.cadence_rules import load_rules, parse_seeds
     from rag_pipeline.crawl.pushing import register_seeds
     from rag_pipeline.ingest.routing import route_batch
     from rag_pipeline.store import deliveries, sites

@@ -21,9 +21,9 @@ import pytest
 from rag_pipeline.core.addresses import parse_networks
 from rag_pipeline.crawl.fetching import fetch_markdown
 from rag_pipeline.crawl.guarded_http import FetchError, Refused, _GuardedTransport, fetch, guarded_client
-from rag_pipeline.crawl.local import LocalCrawler
+from rag_pipeline.crawl.local_crawler import LocalCrawler
 from rag_pipeline.crawl.pushing import push_targets
-from rag_pipeline.crawl.site import LoopbackSite
+from rag_pipeline.crawl.loopback_site import LoopbackSite
 from rag_pipeline.store import schedule
 from rag_pipeline_tests.harness import TOKEN
 

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from rag_pipeline.core.urls import page_id
-from rag_pipeline.crawl.cadence import load_rules
+from rag_pipeline.crawl.cadence_rules import load_rules
 from rag_pipeline.store import db, pages, schedule
 
 PRICING = "https://shop.example.com/pricing"
@@ -87,7 +87,7 @@ def test_the_next_crawl_is_one_interval_after_the_page_was_due_not_after_its_pus
 def test_recrawl_sensor_hands_each_due_time_to_its_push_run(gate, database_url, monkeypatch):
     import dagster as dg
 
-    from rag_pipeline.crawl.site import LoopbackSite
+    from rag_pipeline.crawl.loopback_site import LoopbackSite
     from rag_pipeline.settings import get_settings
     from rag_pipeline_tests.harness import evaluate_sensor, load_defs
 
@@ -129,7 +129,7 @@ def test_a_new_cadence_does_not_delay_a_page_that_was_never_crawled(database_url
 def test_a_cadence_refresh_keeps_the_lease_of_a_page_claimed_while_it_runs(database_url):
     """The refresh is one long transaction (a `cadence_refresh` run): a page recrawl_sensor claims
     after it began is leased from the claim, and the refresh must not make it due again."""
-    from rag_pipeline.store import cadence
+    from rag_pipeline.store import crawl_observations
 
     with db.connection(database_url) as refresh, db.connection(database_url) as tick:
         tick.autocommit = True
@@ -140,7 +140,7 @@ def test_a_cadence_refresh_keeps_the_lease_of_a_page_claimed_while_it_runs(datab
         refresh.execute("SELECT now()")                    # the refresh's transaction has begun
         claimed = schedule.claim_due(tick, 10, timedelta(minutes=10))
         assert [t.page_url for t in claimed] == [PRICING]
-        assert cadence.set_cadences(refresh, [(page_id(PRICING), 3600.0, 1e-4, "test")],
+        assert crawl_observations.set_cadences(refresh, [(page_id(PRICING), 3600.0, 1e-4, "test")],
                                     timedelta(minutes=10)) == 1
         refresh.commit()
         assert timedelta(minutes=9) < next_in(tick) <= timedelta(minutes=10)   # still leased

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.core.sites import SiteError, SiteSpec
+from rag_pipeline.core.site_spec import SiteError, SiteSpec
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.store import deliveries, sites
 from rag_pipeline_tests.crawl.conftest import make_sim

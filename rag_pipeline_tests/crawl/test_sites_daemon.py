@@ -12,7 +12,7 @@ import uuid
 import dagster as dg
 import pytest
 
-from rag_pipeline.crawl.site import LoopbackSite
+from rag_pipeline.crawl.loopback_site import LoopbackSite
 from rag_pipeline.store import db
 from rag_pipeline_tests.daemons import daemon_stack
 from rag_pipeline_tests.harness import TOKEN

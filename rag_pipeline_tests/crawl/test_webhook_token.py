@@ -124,7 +124,7 @@ def test_a_delivery_that_never_got_through_fails_its_push_unless_it_was_stored(r
     """5xx answers are retried, then the push fails; but a delivery the receiver stored before its
     answer was lost is delivered, and its push stays `pushed`."""
     from rag_pipeline.core.addresses import parse_networks
-    from rag_pipeline.crawl.local import LocalCrawler
+    from rag_pipeline.crawl.local_crawler import LocalCrawler
     from rag_pipeline.crawl.pushing import push_targets
     from rag_pipeline.store import schedule
 

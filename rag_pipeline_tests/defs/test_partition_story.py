@@ -7,7 +7,7 @@ from __future__ import annotations
 import dagster as dg
 
 from rag_pipeline.store import deliveries
-from rag_pipeline_tests.defs.test_index_view import A, B, D, E, OLD, put
+from rag_pipeline_tests.defs.test_index_asset import A, B, D, E, OLD, put
 from rag_pipeline_tests.harness import Pipeline, configure, load_defs
 
 GONE = "https://example.com/never-there"

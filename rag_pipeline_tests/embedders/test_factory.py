@@ -14,7 +14,7 @@ from rag_pipeline.embedders.factory import (
     space_provider,
 )
 from rag_pipeline.embedders.hash_embedder import HashEmbedder
-from rag_pipeline.embedders.local import LocalEmbedder
+from rag_pipeline.embedders.local_embedder import LocalEmbedder
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.settings import Settings
 from rag_pipeline.store.spaces import Space

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rag_pipeline.embedders.base import Embedder, EmbeddingError
-from rag_pipeline.embedders.local import (
+from rag_pipeline.embedders.local_embedder import (
     MODEL_SHA256,
     TOKENIZER_SHA256,
     LocalEmbedder,

@@ -11,8 +11,8 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
-from rag_pipeline.ingest import batch, indexing
-from rag_pipeline.ingest.batch import Failed, RetryPolicy, Switched
+from rag_pipeline.ingest import batch_apply, indexing
+from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, Switched
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, spaces
@@ -71,7 +71,7 @@ def deliver(conn, pages: dict[str, str]) -> list:
 
 
 def apply(conn, work, embedder) -> list:
-    return list(batch.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
+    return list(batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
                                   chunk_budget=lambda _space: (512, 64), max_page_bytes=MAX_PAGE_BYTES,
                                   retry=RETRY))
 
@@ -100,10 +100,10 @@ def test_a_page_with_nothing_staged_fails_alone_when_its_partitions_switch_toget
     urls = [url(n) for n in range(6)]
     with connect(database_url) as conn:
         deliver(conn, {u: markdown(n) for n, u in enumerate(urls)})
-        list(batch.take_sources(conn, urls, MAX_PAGE_BYTES, RETRY))
+        list(batch_apply.take_sources(conn, urls, MAX_PAGE_BYTES, RETRY))
         # The `chunks` step ran for every partition but page 2's: its text has no chunks to switch in.
-        list(batch.stage_pages(conn, [u for u in urls if u != url(2)], lambda _space: (512, 64), RETRY))
-        events = list(batch.switch_pages(conn, urls, lambda _space: embedder, None, RETRY))
+        list(batch_apply.stage_pages(conn, [u for u in urls if u != url(2)], lambda _space: (512, 64), RETRY))
+        events = list(batch_apply.switch_pages(conn, urls, lambda _space: embedder, None, RETRY))
 
         failed = [e for e in events if isinstance(e, Failed)]
         assert [e.page_url for e in failed] == [url(2)] and "no staged chunks" in failed[0].failure.reason

@@ -9,7 +9,7 @@ from rag_pipeline.embedders.hash_embedder import HashEmbedder
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.store import deliveries
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 
 URL = "https://example.com/doc"
 MAX = 10_000_000
@@ -123,7 +123,7 @@ def _put_crawl(conn, rid: str, text: str) -> int:
 
 
 def test_a_late_redelivery_of_an_older_crawl_is_superseded_by_the_newer_crawl(database_url):
-    db.prepare(database_url)
+    schema.prepare(database_url)
     embedder = HashEmbedder(dimensions=32)
     with db.connection(database_url) as conn:
         _pushed(conn, "crawl-old", minutes_ago=10)

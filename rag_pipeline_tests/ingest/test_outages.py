@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.ingest import routing
-from rag_pipeline.ingest.batch import Failed, RetryPolicy, Switched, apply_batch
+from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, Switched, apply_batch
 from rag_pipeline.store import deliveries
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.ingest.pagework import MAX, doc, put

@@ -1,13 +1,13 @@
 import psycopg
 
-from rag_pipeline.store import db
+from rag_pipeline.store import db, schema
 
 
 def test_migrations_apply_once_in_order(pg_server_url):
     url = db.with_database(pg_server_url, "t_migrate_once")
     try:
-        first = db.prepare(url)
-        files = [p.stem for p in db.migration_files()]
+        first = schema.prepare(url)
+        files = [p.stem for p in schema.migration_files()]
         assert first == files
         with psycopg.connect(url) as conn:
             before = conn.execute("SELECT version, applied_at FROM schema_migrations ORDER BY version").fetchall()
@@ -15,7 +15,7 @@ def test_migrations_apply_once_in_order(pg_server_url):
                 "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()}
         assert {"deliveries", "pages", "chunks", "staged_chunks", "vectors", "embedding_spaces"} <= tables
         # Running again applies nothing and leaves the record untouched.
-        assert db.prepare(url) == []
+        assert schema.prepare(url) == []
         with psycopg.connect(url) as conn:
             after = conn.execute("SELECT version, applied_at FROM schema_migrations ORDER BY version").fetchall()
         assert after == before
@@ -41,10 +41,10 @@ def test_concurrent_prepare_creates_and_migrates_once(pg_server_url):
     url = db.with_database(pg_server_url, "t_migrate_race")
     try:
         with ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(lambda _: db.prepare(url), range(4)))
+            results = list(pool.map(lambda _: schema.prepare(url), range(4)))
         applied = [version for r in results for version in r]
         # Each file applied exactly once, whichever process got to it.
-        assert sorted(applied) == [p.stem for p in db.migration_files()]
+        assert sorted(applied) == [p.stem for p in schema.migration_files()]
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS t_migrate_race WITH (FORCE)")
@@ -63,13 +63,13 @@ def test_an_index_made_before_space_tables_keeps_its_vectors_and_search(pg_serve
 
     old = tmp_path / "sql"
     old.mkdir()
-    for path in db.migration_files():
+    for path in schema.migration_files():
         if path.stem < "010":
             shutil.copy(path, old / path.name)
     name = f"t_{uuid.uuid4().hex[:12]}"
     url = db.with_database(pg_server_url, name)
     try:
-        db.prepare(url, old)
+        schema.prepare(url, old)
         vec = lambda i: np.eye(8, dtype=np.float32)[i % 8]  # noqa: E731
         with psycopg.connect(url) as conn:
             register_vector(conn)
@@ -90,7 +90,7 @@ def test_an_index_made_before_space_tables_keeps_its_vectors_and_search(pg_serve
                     conn.execute("INSERT INTO vectors (space_id, embed_hash, embedding, token_count)"
                                  " VALUES (2, %s, %s, 1)", (h, vec(i + 4)))
             conn.commit()
-        assert db.prepare(url) == [p.stem for p in db.migration_files() if p.stem >= "010"]
+        assert schema.prepare(url) == [p.stem for p in schema.migration_files() if p.stem >= "010"]
         with psycopg.connect(url) as conn:
             register_vector(conn)
             columns = {r[0] for r in conn.execute(
@@ -123,29 +123,29 @@ def test_a_changed_applied_migration_is_refused_and_a_no_transaction_one_runs_ou
     (sql_dir / "001_items.sql").write_text("CREATE TABLE items (id int PRIMARY KEY, name text);\n")
     # CREATE INDEX CONCURRENTLY cannot run inside a transaction: the marker runs it outside one.
     (sql_dir / "002_items_index.sql").write_text(
-        f"{db.NO_TRANSACTION}\n-- a big table's index, built without blocking writes\n"
+        f"{schema.NO_TRANSACTION}\n-- a big table's index, built without blocking writes\n"
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS items_name ON items (name);\n"
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS items_name_id ON items (name, id);\n")
     url = _fresh(pg_server_url, "t_migrate_checksum")
     try:
         with pytest.raises(db.NoDatabase, match="create it with `rag-pipeline db migrate`"):
-            db.require_current(url, sql_dir)
+            schema.require_current(url, sql_dir)
         db.ensure_database(url)
-        with pytest.raises(db.SchemaOutdated, match="has no schema yet: run `rag-pipeline db migrate`"):
-            db.require_current(url, sql_dir)
-        assert db.prepare(url, sql_dir) == ["001_items", "002_items_index"]
-        db.require_current(url, sql_dir)
+        with pytest.raises(schema.SchemaOutdated, match="has no schema yet: run `rag-pipeline db migrate`"):
+            schema.require_current(url, sql_dir)
+        assert schema.prepare(url, sql_dir) == ["001_items", "002_items_index"]
+        schema.require_current(url, sql_dir)
         with psycopg.connect(url) as conn:
             indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'items'")}
             checksums = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
         assert {"items_name", "items_name_id"} <= indexes
-        assert checksums["001_items"] == db.migrations(sql_dir)[0].checksum
+        assert checksums["001_items"] == schema.migrations(sql_dir)[0].checksum
 
         (sql_dir / "003_more.sql").write_text("ALTER TABLE items ADD COLUMN price int;\n")
-        with pytest.raises(db.SchemaOutdated, match=r"needs migration\(s\) 003_more: run `rag-pipeline db migrate`"):
-            db.require_current(url, sql_dir)
+        with pytest.raises(schema.SchemaOutdated, match=r"needs migration\(s\) 003_more: run `rag-pipeline db migrate`"):
+            schema.require_current(url, sql_dir)
         (sql_dir / "001_items.sql").write_text("CREATE TABLE items (id bigint PRIMARY KEY, name text);\n")
-        for attempt in (lambda: db.prepare(url, sql_dir), lambda: db.require_current(url, sql_dir)):
+        for attempt in (lambda: schema.prepare(url, sql_dir), lambda: schema.require_current(url, sql_dir)):
             with pytest.raises(db.DatabaseError, match=r"changed after they were applied: 001_items\.sql"):
                 attempt()
         with psycopg.connect(url) as conn:   # nothing of 003 ran
@@ -168,10 +168,10 @@ def test_migrations_applied_before_checksums_were_kept_get_theirs_recorded(pg_se
                          " applied_at timestamptz NOT NULL DEFAULT now())")
             conn.execute("CREATE TABLE items (id int PRIMARY KEY)")
             conn.execute("INSERT INTO schema_migrations (version) VALUES ('001_items')")
-        db.require_current(url, sql_dir)          # current, though nothing records its checksum yet
-        assert db.prepare(url, sql_dir) == []
+        schema.require_current(url, sql_dir)          # current, though nothing records its checksum yet
+        assert schema.prepare(url, sql_dir) == []
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT checksum FROM schema_migrations").fetchone()[0] == \
-                db.migrations(sql_dir)[0].checksum
+                schema.migrations(sql_dir)[0].checksum
     finally:
         _fresh(pg_server_url, "t_migrate_legacy")

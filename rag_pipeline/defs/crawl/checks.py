@@ -2,21 +2,21 @@
 
 import dagster as dg
 
-from rag_pipeline.crawl import health
+from rag_pipeline.crawl import crawler_health
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import pushes, schedule
 
 PAGES = dg.AssetKey("pages")
 _DESCRIPTIONS = {
-    health.CRAWLER_NOT_PAUSED: "The crawler is not paused and its stats are readable.",
-    health.CRAWLER_QUEUE_NOT_GROWING: "The crawler's waiting queue is below CRAWLER_WAITING_MAX and not growing.",
-    health.PUSHES_DELIVERED: "Every push older than PUSH_DELIVERY_TIMEOUT_S has its delivery, and none was refused.",
-    health.NO_PAGE_OVERDUE: "No live page is overdue past twice its recrawl_every (plus 10 min).",
+    crawler_health.CRAWLER_NOT_PAUSED: "The crawler is not paused and its stats are readable.",
+    crawler_health.CRAWLER_QUEUE_NOT_GROWING: "The crawler's waiting queue is below CRAWLER_WAITING_MAX and not growing.",
+    crawler_health.PUSHES_DELIVERED: "Every push older than PUSH_DELIVERY_TIMEOUT_S has its delivery, and none was refused.",
+    crawler_health.NO_PAGE_OVERDUE: "No live page is overdue past twice its recrawl_every (plus 10 min).",
 }
 
 
 def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource, settings: SettingsResource,
-                    waiting_history: list[int]) -> tuple[list[health.Outcome], int]:
+                    waiting_history: list[int]) -> tuple[list[crawler_health.Outcome], int]:
     current = settings.get()
     client = crawler.get()
     state = client.health()
@@ -24,7 +24,7 @@ def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource, settin
         undelivered = pushes.undelivered(conn, current.push_delivery_timeout_s)
         failed = pushes.failed_recently(conn, 3600)
         overdue = schedule.overdue(conn)
-    outcomes = health.evaluate(
+    outcomes = crawler_health.evaluate(
         client.name, state, undelivered, failed, waiting_history=waiting_history,
         waiting_max=current.crawler_waiting_max, delivery_timeout_s=current.push_delivery_timeout_s,
         overdue=overdue,
@@ -32,7 +32,7 @@ def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource, settin
     return outcomes, state.waiting
 
 
-def _fields(outcome: health.Outcome) -> dict:
+def _fields(outcome: crawler_health.Outcome) -> dict:
     """What the sensor's evaluation and the check's result both carry."""
     return {"asset_key": PAGES, "check_name": outcome.check_name, "passed": outcome.passed,
             "severity": dg.AssetCheckSeverity.WARN if outcome.warn else dg.AssetCheckSeverity.ERROR,
@@ -40,12 +40,12 @@ def _fields(outcome: health.Outcome) -> dict:
             "metadata": {"description": outcome.description, **outcome.metadata}}
 
 
-def to_evaluation(outcome: health.Outcome) -> dg.AssetCheckEvaluation:
+def to_evaluation(outcome: crawler_health.Outcome) -> dg.AssetCheckEvaluation:
     return dg.AssetCheckEvaluation(**_fields(outcome))
 
 
 @dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset=PAGES, description=_DESCRIPTIONS[name]) for name in health.CHECK_NAMES],
+    specs=[dg.AssetCheckSpec(name, asset=PAGES, description=_DESCRIPTIONS[name]) for name in crawler_health.CHECK_NAMES],
     description="Crawler health (also recorded every minute by crawler_health_sensor).",
 )
 def crawler_health_checks(postgres: PostgresResource, crawler: CrawlerResource, settings: SettingsResource):

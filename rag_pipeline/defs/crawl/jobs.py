@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import dagster as dg
 
 from rag_pipeline.crawl import adaptive
-from rag_pipeline.crawl.cadence import glob_to_like, load_rules, parse_seeds
+from rag_pipeline.crawl.cadence_rules import glob_to_like, load_rules, parse_seeds
 from rag_pipeline.crawl.pushing import push_by_site, register_seeds
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import schedule

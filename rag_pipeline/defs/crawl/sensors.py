@@ -7,7 +7,7 @@ import uuid
 
 import dagster as dg
 
-from rag_pipeline.crawl.cadence import load_rules
+from rag_pipeline.crawl.cadence_rules import load_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import CLAIM_LEASE, cadence_refresh_job, push_job, push_run_config
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource

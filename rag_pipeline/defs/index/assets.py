@@ -5,7 +5,7 @@ prefixed by it, built by the same `page_assets` from the site component.
 Materialized by hand from the UI (one page, or a backfill in ranges of up to RANGE_PAGES pages a
 run: each step goes through its pages one by one, the embedding requests shared across them, and
 one page's failure leaves the others done). Delivery batches report these assets' partitions from
-`index_batch` (batch.py) with the same metadata.
+`index_batch` (batch_apply.py) with the same metadata.
 """
 
 from collections.abc import Iterator
@@ -18,8 +18,8 @@ from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
-from rag_pipeline.ingest import batch
-from rag_pipeline.ingest.batch import Failed, RetryPolicy
+from rag_pipeline.ingest import batch_apply
+from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy
 from rag_pipeline.ingest.failures import classify
 from rag_pipeline.settings import SettingsError, load_settings
 
@@ -114,7 +114,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         current = settings.get()
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             done, failed = _collect(
-                batch.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
+                batch_apply.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
                                    RetryPolicy.from_settings(current)),
                 lambda event: source_metadata(event.result))
         return _result(context, done, failed)
@@ -140,7 +140,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             # Sized to the model the pages will be embedded with: the active space's.
             done, failed = _collect(
-                batch.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
+                batch_apply.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
                                   RetryPolicy.from_settings(settings.get())),
                 lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
         return _result(context, done, failed)
@@ -170,7 +170,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         seen: dict = {}
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             done, failed = _collect(
-                batch.switch_pages(conn, context.partition_keys, embedder.for_space, context.run_id,
+                batch_apply.switch_pages(conn, context.partition_keys, embedder.for_space, context.run_id,
                                    RetryPolicy.from_settings(settings.get())),
                 lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
         return _result(context, done, failed)

@@ -11,7 +11,7 @@ import dagster as dg
 from rag_pipeline.defs.index.assets import EMBEDDINGS
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.embedders.base import EmbeddingError
-from rag_pipeline.store import health, spaces
+from rag_pipeline.store import invariants, spaces
 
 INDEX_MATCHES_SOURCE = "indexed_hash_matches_source_hash"
 NO_TOMBSTONED_CHUNKS = "no_chunk_of_a_tombstoned_page"
@@ -26,7 +26,7 @@ INDEX_JOBS = ("index_batch", "index_page", "rechunk", "__ASSET_JOB")
 PROBE_TEXT = "rag-pipeline health probe"
 
 
-def _result(finding: health.Finding, what: str, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
+def _result(finding: invariants.Finding, what: str, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
     description = f"{finding.count} {what}" + (f", e.g. {', '.join(finding.examples[:5])}" if finding.examples else "")
     return dg.AssetCheckResult(
         passed=finding.count == 0,
@@ -40,7 +40,7 @@ def _result(finding: health.Finding, what: str, severity: dg.AssetCheckSeverity)
                 description="Search shows the newest content of every live page (after CHECK_GRACE_MINUTES).")
 def indexed_matches_source(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.pages_behind_source(conn, settings.get().check_grace_minutes)
+        finding = invariants.pages_behind_source(conn, settings.get().check_grace_minutes)
     return _result(finding, "live page(s) whose index lags their newest content", dg.AssetCheckSeverity.WARN)
 
 
@@ -48,7 +48,7 @@ def indexed_matches_source(postgres: PostgresResource, settings: SettingsResourc
                 description="A 404/410 page has no chunk left in search.")
 def no_tombstoned_chunks(postgres: PostgresResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.chunks_of_tombstoned_pages(conn)
+        finding = invariants.chunks_of_tombstoned_pages(conn)
     return _result(finding, "chunk(s) of tombstoned pages still searchable", dg.AssetCheckSeverity.ERROR)
 
 
@@ -56,7 +56,7 @@ def no_tombstoned_chunks(postgres: PostgresResource) -> dg.AssetCheckResult:
                 description="Every chunk carries a vector of the active embedding space.")
 def every_chunk_in_active_space(postgres: PostgresResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.chunks_outside_active_space(conn)
+        finding = invariants.chunks_outside_active_space(conn)
     return _result(finding, "chunk(s) outside the active embedding space", dg.AssetCheckSeverity.ERROR)
 
 
@@ -64,7 +64,7 @@ def every_chunk_in_active_space(postgres: PostgresResource) -> dg.AssetCheckResu
                 description="No delivery waits unrouted, queued or failed for over CHECK_GRACE_MINUTES.")
 def no_stuck_deliveries(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
     with postgres.connect() as conn:
-        finding = health.stuck_deliveries(conn, settings.get().check_grace_minutes)
+        finding = invariants.stuck_deliveries(conn, settings.get().check_grace_minutes)
     return _result(finding, "stuck deliveries", dg.AssetCheckSeverity.WARN)
 
 
@@ -90,8 +90,8 @@ def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: Postgre
             passed=True, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata,
             description=f"{len(newest) - len(failed)} of the newest {len(newest)} index runs succeeded")
     with postgres.connect() as conn:
-        switched = health.pages_switched_by(conn, failed)
-        reason = health.latest_page_error(conn)
+        switched = invariants.pages_switched_by(conn, failed)
+        reason = invariants.latest_page_error(conn)
     # Runs that still switched pages failed for some pages only (a page the model refuses, say):
     # worth a look. Runs that switched nothing mean nothing gets indexed at all.
     severity = dg.AssetCheckSeverity.WARN if switched else dg.AssetCheckSeverity.ERROR
@@ -111,7 +111,7 @@ def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: Postgre
 def delivery_queue_drains(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
     window = settings.get().check_window_minutes
     with postgres.connect() as conn:
-        progress = health.queue_progress(conn, window)
+        progress = invariants.queue_progress(conn, window)
     metadata = {"waiting": progress.waiting, "settled_in_window": progress.settled,
                 "oldest_waiting_minutes": round(progress.oldest_minutes or 0.0, 1), "window_minutes": window}
     stalled = progress.waiting and (progress.oldest_minutes or 0) > window and progress.settled == 0

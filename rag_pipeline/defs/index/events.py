@@ -2,48 +2,66 @@
 
 Each logged `AssetMaterialization` is one write to the event log, and dagster-postgres opens a
 connection for each (NullPool): ~20 ms an event on the 2-core machine, three events a page, more
-than the page's own work. Dagster itself writes the per-partition events of one output (a
-partition range) as one batch, through `DagsterEventBatchMetadata` and `store_event_batch`,
-enabled by DAGSTER_EVENT_BATCH_SIZE. `EventWriter` sends a batch run's events the same way, one
-batch per asset key and event type: the storage moves an asset's latest-materialization pointer
-from a batch's last event only. Measured: 2.9 ms an event instead of 20.
+than the page's own work. `EventWriter` writes a batch run's events as Dagster writes the partitions
+of one output, one batch per asset key and event type (the storage moves an asset's
+latest-materialization pointer from a batch's last event only): 2.9 ms an event instead of 20. The
+private calls this takes are in `rag_pipeline.compat`, with the test that catches an upgrade.
 
-This uses internals of dagster 1.13.27 (pinned in pyproject.toml); where they are missing, the
-events are written one at a time, as `context.log_event` does.
+Every event gets its own millisecond (`DistinctMilliseconds`): the UI's event lists key events by
+their timestamp, and shows one of several that share it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import time
+from collections.abc import Sequence
 
 import dagster as dg
 
-log = logging.getLogger(__name__)
+from rag_pipeline import compat
 
-# Large: the writer decides where a batch ends; this only switches Dagster's batching on.
-_DAGSTER_BATCH_SIZE = "100000"
+Event = dg.AssetMaterialization | dg.AssetObservation
+
+
+class DistinctMilliseconds(logging.Filter):
+    """Gives each record of a logger a timestamp at least 1.1 ms after the one before it. A standard
+    logging filter on `context.log` (whose records become the run's events): the timestamps run ahead
+    of the clock by at most 1.1 ms for each event written faster than that."""
+
+    GAP_S = 0.0011
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        created = max(record.created, self._last + self.GAP_S)
+        record.created = created
+        record.msecs = (created - int(created)) * 1000
+        self._last = created
+        return True
+
+    @classmethod
+    def on(cls, logger: logging.Logger) -> None:
+        if not any(isinstance(f, cls) for f in logger.filters):
+            logger.addFilter(cls())
+
+    @classmethod
+    def spaced(cls, count: int, start: float | None = None) -> list[float]:
+        """``count`` timestamps from now (or ``start``), each 1.1 ms after the one before."""
+        start = time.time() if start is None else start
+        return [start + i * cls.GAP_S for i in range(count)]
 
 
 class EventWriter:
     def __init__(self, context: dg.OpExecutionContext, flush_every: int = 100):
         self._context = context
         self._flush_every = flush_every
-        self._buffers: dict[tuple[str, dg.AssetKey], list] = {}
-        try:
-            from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id
+        self._buffers: dict[tuple[str, dg.AssetKey], list[Event]] = {}
+        DistinctMilliseconds.on(context.log)
 
-            self._step = context._step_execution_context  # noqa: SLF001 - see the module docstring
-            self._api = (DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id)
-            os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", _DAGSTER_BATCH_SIZE)
-        except (ImportError, AttributeError) as exc:
-            log.warning("writing asset events one at a time (dagster's batching API is missing: %s)", exc)
-            self._api = None
-
-    def add(self, event: dg.AssetMaterialization | dg.AssetObservation) -> None:
-        if self._api is None:
-            self._context.log_event(event)
-            return
+    def add(self, event: Event) -> None:
         kind = "materialization" if isinstance(event, dg.AssetMaterialization) else "observation"
         key = (kind, event.asset_key)
         buffer = self._buffers.setdefault(key, [])
@@ -59,43 +77,17 @@ class EventWriter:
         events = self._buffers.pop(key, [])
         if not events:
             return
-        DagsterEvent, DagsterEventBatchMetadata, generate_event_batch_id = self._api
-        batch_id = generate_event_batch_id()
-        build = DagsterEvent.asset_materialization if key[0] == "materialization" else DagsterEvent.asset_observation
+        batch_id = compat.new_event_batch_id()
         for i, event in enumerate(events):
-            build(self._step, event, DagsterEventBatchMetadata(batch_id, i == len(events) - 1))
+            compat.log_step_event(self._context, event, batch_id, is_end=i == len(events) - 1)
 
 
-def write_runless(instance: dg.DagsterInstance, events: list[dg.AssetObservation | dg.AssetMaterialization]) -> None:
-    """Asset events reported outside any run (a sensor's), one batch insert per asset key and
-    type instead of one write each (~7 ms an event through `report_runless_asset_event` on
-    dagster-postgres). Falls back to one at a time where the batch API is missing."""
-    try:
-        from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType, StepMaterializationData
-        from dagster._core.events.log import EventLogEntry
-        from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
-    except ImportError as exc:
-        log.warning("writing runless asset events one at a time (dagster's batching API is missing: %s)", exc)
-        for event in events:
-            instance.report_runless_asset_event(event)
-        return
-    import time
-
-    groups: dict[tuple[str, dg.AssetKey], list] = {}
+def write_runless(instance: dg.DagsterInstance, events: Sequence[Event]) -> None:
+    """Asset events reported outside any run (a sensor's), one batch insert per asset key and type
+    instead of one write each (~7 ms an event through `report_runless_asset_event`)."""
+    groups: dict[tuple[str, dg.AssetKey], list[Event]] = {}
     for event in events:
         groups.setdefault((type(event).__name__, event.asset_key), []).append(event)
-    for (kind, _), group in groups.items():
-        materialization = kind == "AssetMaterialization"
-        entries = [
-            EventLogEntry(
-                error_info=None, level=logging.INFO, user_message="", run_id=RUNLESS_RUN_ID, timestamp=time.time(),
-                step_key=None, job_name=RUNLESS_JOB_NAME,
-                dagster_event=DagsterEvent(
-                    event_type_value=(DagsterEventType.ASSET_MATERIALIZATION if materialization
-                                      else DagsterEventType.ASSET_OBSERVATION).value,
-                    event_specific_data=StepMaterializationData(e) if materialization else AssetObservationData(e),
-                    job_name=RUNLESS_JOB_NAME),
-            )
-            for e in group
-        ]
-        instance.event_log_storage.store_event_batch(entries)
+    start = time.time()
+    for group in groups.values():
+        compat.store_runless_events(instance, group, DistinctMilliseconds.spaced(len(group), start))

@@ -9,7 +9,7 @@ import dagster as dg
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.partitions import step_key
 from rag_pipeline.ingest import indexing
-from rag_pipeline.ingest.batch import Failed
+from rag_pipeline.ingest.batch_apply import Failed
 from rag_pipeline.ingest.routing import RoutingResult
 from rag_pipeline.store import spaces
 

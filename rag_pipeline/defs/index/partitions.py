@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from rag_pipeline.core.sites import CATCH_ALL_PARTITIONS, asset_prefix, partition_set
+from rag_pipeline.core.site_spec import CATCH_ALL_PARTITIONS, asset_prefix, partition_set
 
 STEPS = ("pages", "chunks", "embeddings")
 

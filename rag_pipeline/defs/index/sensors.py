@@ -1,18 +1,17 @@
 """delivery_sensor: turns stored crawler deliveries into batch runs, only for real changes."""
 
 import time
-from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
-from rag_pipeline.defs.index.batch import index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.batch_runs import index_batch, pages_of, request_batches
 from rag_pipeline.defs.index.bulk_index import index_upkeep, space_index
 from rag_pipeline.defs.index.events import write_runless
-from rag_pipeline.defs.index.index_view import index_snapshot_sensor_every
+from rag_pipeline.defs.index.index_asset import index_snapshot_sensor_every
 from rag_pipeline.defs.index.metadata import crawl_events
-from rag_pipeline.defs.index.recovery import BATCH_TAG, free_batch, reconcile
-from rag_pipeline.core.sites import partition_set
+from rag_pipeline.defs.index.reconciler import BATCH_TAG, free_batch, reconcile
+from rag_pipeline.core.site_spec import partition_set
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import at_load

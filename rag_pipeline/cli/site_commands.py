@@ -6,6 +6,7 @@ import json
 
 import click
 
+from rag_pipeline.cli.common import dagster_storage_url, index_url
 from rag_pipeline.settings import get_settings
 
 
@@ -14,7 +15,7 @@ class UnknownSite(click.ClickException):
 
 
 def _declared() -> dict:
-    from rag_pipeline.components.site import declared_sites
+    from rag_pipeline.components.site_component import declared_sites
 
     return {spec.name: (spec, rules) for spec, rules in declared_sites()}
 
@@ -36,7 +37,7 @@ def _site(name: str, known_running: set[str] = frozenset()):
 
 
 def _ago(when, now) -> str:
-    from rag_pipeline.crawl.cadence import describe_time
+    from rag_pipeline.crawl.cadence_rules import describe_time
 
     return describe_time(when, now, missing="never")
 
@@ -65,12 +66,11 @@ def site() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def site_list(as_json: bool) -> None:
     """Each declared site: its pages by state and its last reading."""
-    from rag_pipeline.cli import _app_url
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
     declared = _declared()
-    with db.connection(_app_url()) as conn:
+    with db.connection(index_url()) as conn:
         rows = {r["site"]: r for r in store.overview(conn)}
     # The sites this shell declares, and those the running code location recorded.
     names = sorted(set(declared) | set(rows))
@@ -94,12 +94,11 @@ def site_list(as_json: bool) -> None:
 @click.argument("name")
 def site_show(name: str) -> None:
     """One site: what it declares, its pages by state, and its last reading with its problems."""
-    from rag_pipeline.cli import _app_url
-    from rag_pipeline.components.site import describe
+    from rag_pipeline.components.site_component import describe
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
-    with db.connection(_app_url()) as conn:
+    with db.connection(index_url()) as conn:
         row = next((r for r in store.overview(conn) if r["site"] == name), None)
         recorded = store.declared_row(conn, name)
     if name in _declared():
@@ -135,13 +134,12 @@ def site_show(name: str) -> None:
 def site_discover(name: str) -> None:
     """Read NAME's robots.txt and sitemaps now (the discovery asset's work, in this process), and
     record the reading on its discovery asset when the Dagster instance is reachable."""
-    from rag_pipeline.cli import _app_url
-    from rag_pipeline.components.discovery import run_reading
+    from rag_pipeline.components.discovery_asset import run_reading
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
     settings = get_settings()
-    with db.connection(_app_url()) as conn:
+    with db.connection(index_url()) as conn:
         spec, rules = _site(name, {r["site"] for r in store.overview(conn)})
         with conn.transaction():
             store.sync_declared(conn, [spec])
@@ -162,15 +160,14 @@ def _record(site_name: str, result, settings) -> str:
 
     import dagster as dg
 
-    from rag_pipeline.cli import _dagster_storage_url
-    from rag_pipeline.components.discovery import discovery_key, reading_metadata
+    from rag_pipeline.components.discovery_asset import discovery_key, reading_metadata
     from rag_pipeline.defs import check_states
     from rag_pipeline.defs.index.events import write_runless
 
     home = Path(os.environ.get("DAGSTER_HOME") or settings.rag_home / "dagster_home")
     if not (home / "dagster.yaml").is_file():
         return f"not recorded in Dagster: no instance at {home} (set DAGSTER_HOME)"
-    with _dagster_storage_url(settings) as missing:
+    with dagster_storage_url(settings) as missing:
         if missing:
             return f"not recorded in Dagster: {missing}"
         try:

@@ -3,8 +3,8 @@ site component. The reading itself is `crawl.discovery.read_site`; this only run
 
 import dagster as dg
 
-from rag_pipeline.core.sites import SiteSpec
-from rag_pipeline.crawl.cadence import CadenceRules, format_interval, load_rules
+from rag_pipeline.core.site_spec import SiteSpec
+from rag_pipeline.crawl.cadence_rules import CadenceRules, format_interval, load_rules
 from rag_pipeline.crawl.discovery import FIGURES, ReadingResult, read_site
 from rag_pipeline.crawl.guarded_http import guarded_client
 from rag_pipeline.crawl.robots_cache import RobotsCache

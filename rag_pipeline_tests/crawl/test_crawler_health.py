@@ -2,7 +2,7 @@
 
 from rag_pipeline.crawl.base import CrawlerHealth
 from rag_pipeline.crawl.crawlbase import parse_stats
-from rag_pipeline.crawl.health import (CRAWLER_NOT_PAUSED, CRAWLER_QUEUE_NOT_GROWING, NO_PAGE_OVERDUE,
+from rag_pipeline.crawl.crawler_health import (CRAWLER_NOT_PAUSED, CRAWLER_QUEUE_NOT_GROWING, NO_PAGE_OVERDUE,
                                        PUSHES_DELIVERED, evaluate)
 from rag_pipeline.store.pushes import Undelivered
 

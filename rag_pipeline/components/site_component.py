@@ -11,8 +11,8 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from rag_pipeline.core.sites import PARTITION_CEILING, SiteError, SiteSpec
-from rag_pipeline.crawl.cadence import CadenceError, CadenceRules, format_interval, parse_interval, rules_from
+from rag_pipeline.core.site_spec import PARTITION_CEILING, SiteError, SiteSpec
+from rag_pipeline.crawl.cadence_rules import CadenceError, CadenceRules, format_interval, parse_interval, rules_from
 
 class SiteScaffoldParams(dg.Model):
     sitemap: Optional[str] = None
@@ -121,7 +121,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
             return dg.Definitions()
         from rag_pipeline.defs.index.assets import embedder_kind, page_assets
         from rag_pipeline.defs.index.partitions import partitions_def
-        from rag_pipeline.components.discovery import discovery_asset, discovery_sensor
+        from rag_pipeline.components.discovery_asset import discovery_asset, discovery_sensor
 
         spec = self.spec(context.path.name)
         rules = self.cadence_rules(spec.name)

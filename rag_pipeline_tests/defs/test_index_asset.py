@@ -83,7 +83,7 @@ def test_the_index_asset_adds_up_to_what_the_database_holds(database_url, conn, 
         # A model that costs nothing says so, and prices what was avoided at the reference price.
         from datetime import UTC, datetime, timedelta
 
-        from rag_pipeline.defs.index.index_view import snapshot_event
+        from rag_pipeline.defs.index.index_asset import snapshot_event
         from rag_pipeline.settings import Settings
         now = datetime.now(UTC)
         free = snapshot_event(conn, Settings(EMBEDDING_PROVIDER="hash", EMBEDDING_PRICE_PER_MTOK=0), now - timedelta(hours=1),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.batching import MIN_SPREAD_PAGES, WorkItem, apportion, plan_batches
+from rag_pipeline.core.batch_sizing import MIN_SPREAD_PAGES, WorkItem, apportion, plan_batches
 
 
 def items(*chars: int) -> list[WorkItem]:

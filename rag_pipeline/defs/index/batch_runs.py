@@ -17,15 +17,15 @@ from typing import Optional
 
 import dagster as dg
 
-from rag_pipeline.core.batching import WorkItem, plan_batches
+from rag_pipeline.core.batch_sizing import WorkItem, plan_batches
 from rag_pipeline.defs.index.assets import pages_failed
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import step_key
-from rag_pipeline.defs.index.recovery import BATCH_TAG, Heartbeat
+from rag_pipeline.defs.index.reconciler import BATCH_TAG, Heartbeat
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
-from rag_pipeline.ingest.batch import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
-from rag_pipeline.store import batches
+from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, Skipped, Sourced, Staged, Switched, apply_batch
+from rag_pipeline.store import batch_leases
 from rag_pipeline.store import pages as pages_store
 
 PAGES_TAG = "rag/pages"
@@ -59,7 +59,7 @@ def request_batches(conn, work: list[WorkItem], settings, *, rechunk: bool = Fal
         with conn.transaction():
             leased = set(pages_store.lease(conn, [i.page_url for i in batch], key, settings.batch_lease_s))
             if leased:
-                batches.open_batch(conn, key)
+                batch_leases.open_batch(conn, key)
         items = [i for i in batch if i.page_url in leased]
         if items:
             requests.append(dg.RunRequest(
@@ -128,13 +128,13 @@ def _beating(context, conn, postgres, batch_key: Optional[str], settings):
         yield
         return
     with conn.transaction():
-        if not batches.start(conn, batch_key, context.run_id):
+        if not batch_leases.start(conn, batch_key, context.run_id):
             context.log.warning(f"batch {batch_key} was given up before this run started (its run looked "
                                 "lost); its pages are skipped here and applied by a newer batch")
     with Heartbeat(postgres.url(), batch_key, settings.batch_heartbeat_s):
         yield
     with conn.transaction():
-        batches.end(conn, batch_key, "applied")
+        batch_leases.end(conn, batch_key, "applied")
 
 
 def _report(context, conn, embedder, writer: EventWriter, event, failed: list, noted: dict,

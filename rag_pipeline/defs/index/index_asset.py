@@ -15,7 +15,7 @@ import dagster as dg
 from rag_pipeline.defs.index.checks import index_checks_job
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import cadence, index_view, schedule, spaces
+from rag_pipeline.store import crawl_observations, index_figures, schedule, spaces
 
 INDEX = dg.AssetKey("index")
 
@@ -33,7 +33,7 @@ index_asset = dg.AssetSpec(
 
 
 def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> dg.AssetMaterialization:
-    figures = {**index_view.snapshot(conn, since, now), **cadence.schedule_figures(conn, since, now)}
+    figures = {**index_figures.snapshot(conn, since, now), **crawl_observations.schedule_figures(conn, since, now)}
     overdue, _ = schedule.overdue(conn)
     price = settings.resolved_embedding_price()
     avoided = figures["tokens_avoided_by_hash_gate"] + figures["tokens_avoided_by_reuse"]
@@ -90,7 +90,7 @@ def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
         # The cursor: when the `index` asset was last recorded (epoch seconds).
         last = float(context.cursor) if context.cursor else None
         with postgres.connect() as conn:
-            if not index_view.any_switched(conn):
+            if not index_figures.any_switched(conn):
                 # All zeros would say "empty" while the first batch is on its way.
                 return dg.SensorResult(skip_reason=dg.SkipReason("no page is searchable yet"))
             requests = ([dg.RunRequest(job_name=index_checks_job.name, run_key=f"checks-{now.timestamp():.0f}")]
@@ -102,7 +102,7 @@ def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
             if last is not None:
                 since = datetime.fromtimestamp(last, UTC)
             else:   # the first snapshot covers what led to the first switch
-                since = min(filter(None, (index_view.first_delivery_at(conn),
+                since = min(filter(None, (index_figures.first_delivery_at(conn),
                                           now - timedelta(seconds=current.index_snapshot_every_s))))
             event = snapshot_event(conn, current, since, now)
             conn.commit()

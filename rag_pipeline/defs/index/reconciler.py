@@ -2,7 +2,7 @@
 delivery_sensor tick, and the heartbeat a batch run's worker keeps while it works.
 
 Each tick looks at every batch not ended (`batches`), finds its run by tag, and asks
-`core.recovery.verdict` what to do. A batch whose run ended without finishing its pages, never got
+`core.batch_verdict.verdict` what to do. A batch whose run ended without finishing its pages, never got
 a run, or whose worker went silent gives its pages back, a failed try counted on each page's
 pending delivery; its run, if Dagster still shows it started, is marked failed and its pool slot
 freed. The same tick then leases the freed pages to a new batch under a new run key. So whatever
@@ -18,8 +18,8 @@ import time
 import dagster as dg
 import psycopg
 
-from rag_pipeline.core.recovery import BatchView, Limits, verdict
-from rag_pipeline.store import batches, deliveries, pages
+from rag_pipeline.core.batch_verdict import BatchView, Limits, verdict
+from rag_pipeline.store import batch_leases, deliveries, pages
 
 BATCH_TAG = "rag/batch"
 log = logging.getLogger(__name__)
@@ -47,13 +47,13 @@ def free_batch(conn: psycopg.Connection, batch_key: str, reason: str, settings, 
                 retryable=True, max_attempts=settings.run_retry_max_attempts,
                 backoff_s=settings.run_retry_backoff_s, max_backoff_s=settings.run_retry_backoff_max_s,
             )
-        batches.end(conn, batch_key, reason)
+        batch_leases.end(conn, batch_key, reason)
     return freed
 
 
 def reconcile(instance: dg.DagsterInstance, conn: psycopg.Connection, settings) -> dict[str, int]:
     """One pass over the open batches; returns how many were freed and runs failed."""
-    found = batches.open_batches(conn)
+    found = batch_leases.open_batches(conn)
     conn.commit()
     done = {"freed_batches": 0, "freed_pages": 0, "runs_failed": 0}
     if not found:
@@ -105,7 +105,7 @@ class Heartbeat:
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-                batches.beat(conn, self.batch_key)
+                batch_leases.beat(conn, self.batch_key)
             except psycopg.Error as exc:  # the database away: beat again when it is back
                 log.warning("batch %s: heartbeat failed: %s", self.batch_key, exc)
                 if conn is not None:

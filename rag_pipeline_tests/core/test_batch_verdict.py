@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag_pipeline.core.recovery import BatchView, Limits, verdict
+from rag_pipeline.core.batch_verdict import BatchView, Limits, verdict
 
 LIMITS = Limits(start_grace_s=120, heartbeat_timeout_s=60, startup_s=120)
 

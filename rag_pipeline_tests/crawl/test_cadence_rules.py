@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, strategies as st
 
-from rag_pipeline.crawl.cadence import (CadenceError, check_honourable, describe_time, format_interval,
+from rag_pipeline.crawl.cadence_rules import (CadenceError, check_honourable, describe_time, format_interval,
                                         glob_to_like, load_rules, parse_interval, parse_seeds)
 
 
@@ -133,7 +133,7 @@ def test_times_are_shown_readably():
 def test_seed_cadence_below_the_sensor_interval_is_reported_with_its_line():
     from datetime import timedelta
 
-    from rag_pipeline.crawl.cadence import SeedFileError, parse_seeds
+    from rag_pipeline.crawl.cadence_rules import SeedFileError, parse_seeds
 
     text = "https://a.example.com/ok every=5m\nhttps://a.example.com/fast every=1s\n"
     with pytest.raises(SeedFileError) as caught:

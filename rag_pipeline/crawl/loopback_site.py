@@ -1,7 +1,7 @@
 """A tiny loopback web site: pages held in memory or served from a folder (`samples/site/`).
 
 Tests and the simulator change it on the fly (edit a page, answer 404/410, redirect); `make run`
-serves `samples/site/` with it: `python -m rag_pipeline.crawl.site --root samples/site --port 8900`.
+serves `samples/site/` with it: `python -m rag_pipeline.crawl.loopback_site --root samples/site --port 8900`.
 A `_redirects` file in the folder holds `FROM TO [STATUS]` lines. `/sitemap.xml`, unless the folder
 has one, lists every page file with its modification time as `<lastmod>`, as a static site
 generator would: a page added to the folder is in the sitemap at once. `{SITE}` in a .xml or .txt

