@@ -26,14 +26,13 @@ def apply_pages(url: str, pages: Iterable[tuple[str, str]], embedder, budget: tu
     items = list(pages)
     with db.connection(url) as conn:
         for first in range(0, len(items), per_batch):
-            for page_url, markdown in items[first:first + per_batch]:
-                deliveries.insert(conn, rid=uuid.uuid4().hex, url=page_url, pushed_url=None, crawler_status=200,
-                                  original_status=200, content_type="text/markdown",
-                                  body=gzip.compress(markdown.encode()), body_encoding="gzip")
-            conn.commit()
+            with conn.transaction():
+                for page_url, markdown in items[first:first + per_batch]:
+                    deliveries.insert(conn, rid=uuid.uuid4().hex, url=page_url, pushed_url=None, crawler_status=200,
+                                      original_status=200, content_type="text/markdown",
+                                      body=gzip.compress(markdown.encode()), body_encoding="gzip")
             route_batch(conn, per_batch, MAX_PAGE_BYTES)
             work = deliveries.queued_work(conn, per_batch)
-            conn.commit()
             events = list(batch_apply.apply_batch(
                 conn, work, batch_key=None, embedder_for=lambda _space: embedder,
                 chunk_budget=lambda _space: budget, max_page_bytes=MAX_PAGE_BYTES,
@@ -45,5 +44,4 @@ def apply_pages(url: str, pages: Iterable[tuple[str, str]], embedder, budget: tu
             if done % report_every < per_batch or done == len(items):
                 print(f"  {done:,} pages applied ({time.perf_counter() - started:.0f} s)", flush=True)
         conn.execute("ANALYZE")
-        conn.commit()
         return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]

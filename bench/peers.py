@@ -285,7 +285,6 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
         store_deliveries(conn, pages)
         store_s = time.perf_counter() - started
         space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
-        conn.commit()
         if not hnsw:
             spaces.drop_index(conn, space)
         passes, applied, failed, dropped = 0, 0, [], False
@@ -294,7 +293,6 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
             if hnsw:
                 dropped |= index_upkeep(conn, space, settings)
             work = deliveries.queued_work(conn, settings.sensor_batch_size)
-            conn.commit()
             if not routed.routed and not work:
                 break
             passes += 1
@@ -341,11 +339,11 @@ def apply_in_worker(batch) -> list[str]:
 def store_deliveries(conn, pages: list[tuple[str, str]]) -> None:
     """Every page as the webhook stores a crawler's POST: gzip'd markdown under a new rid."""
     from rag_pipeline.store import deliveries
-    for url, markdown in pages:
-        deliveries.insert(conn, rid=uuid.uuid4().hex, url=url, pushed_url=None, crawler_status=200,
-                          original_status=200, content_type="text/markdown",
-                          body=gzip.compress(markdown.encode()), body_encoding="gzip")
-    conn.commit()
+    with conn.transaction():
+        for url, markdown in pages:
+            deliveries.insert(conn, rid=uuid.uuid4().hex, url=url, pushed_url=None, crawler_status=200,
+                              original_status=200, content_type="text/markdown",
+                              body=gzip.compress(markdown.encode()), body_encoding="gzip")
 
 
 def route(conn, settings):

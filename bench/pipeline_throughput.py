@@ -950,7 +950,6 @@ def plain_loop_main() -> int:
             routed = route_batch(conn, settings.sensor_batch_size, settings.webhook_max_page_bytes)
             deliveries.claim_due_retries(conn, settings.sensor_batch_size)
             work = deliveries.queued_work(conn, settings.sensor_batch_size)
-            conn.commit()
             if routed.routed or work:
                 print(json.dumps({"route": t_route, "end": time.time(), "outcomes": dict(routed.outcomes),
                                   "work": len(work)}), flush=True)

@@ -125,7 +125,6 @@ def main() -> int:
         chunks = load(url, args.pages, args.chunks_per_page, embedder)
         with db.connection(url) as conn:
             space = spaces.active(conn)
-            conn.commit()
             queries = [embedder.vector(f"query {i} {uuid.uuid4().hex}") for i in range(args.queries)]
             t0 = time.perf_counter()
             truth = [exact(conn, space, q, 10) for q in queries]
@@ -134,7 +133,6 @@ def main() -> int:
             incremental = measure(conn, space, queries, truth, grid, f"incremental index ({chunks:,} chunks)")
             t0 = time.perf_counter()
             conn.execute(sql.SQL("REINDEX INDEX {}").format(sql.Identifier(space.index_name())))
-            conn.commit()
             print(f"  bulk rebuild (REINDEX): {time.perf_counter() - t0:.1f} s")
             measure(conn, space, queries, truth, grid, "after a bulk rebuild")
     recall, _, _, p95, _ = incremental[default_ef]

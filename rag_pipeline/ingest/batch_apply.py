@@ -116,7 +116,6 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
             else:
                 work.append(page)
         active = spaces.active(conn)
-        conn.commit()
         max_tokens, overlap_tokens = chunk_budget(active)
         if not rechunk:
             yield from _take_sources(conn, work, max_page_bytes, retry)
@@ -138,9 +137,7 @@ def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
     page at once, whatever run concurrency is set (the page row lock orders the writes anyway)."""
     urls = [i.page_url for i in items]
     held = pages.leased_to(conn, urls, batch_key) if batch_key else None
-    conn.commit()
     got = pages.try_lock_many(conn, PAGE_LOCK_CLASS, [u for u in urls if held is None or u in held])
-    conn.commit()
     busy = []
     for item in items:
         if held is not None and item.page_url not in held:
@@ -156,9 +153,7 @@ def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
 
 def _unlock_all(conn) -> None:
     try:
-        conn.rollback()
         pages.unlock_all(conn)
-        conn.commit()
     except psycopg.Error as exc:  # a broken connection holds no locks any more
         log.warning("could not release page locks: %s", exc)
 
@@ -176,9 +171,7 @@ def _take_sources(conn, work: list[_Page], max_page_bytes, retry) -> Iterator[So
         return
     try:
         results = indexing.take_newest_deliveries(conn, [p.item.page_url for p in work], max_page_bytes)
-        conn.commit()  # before reporting: no page lock is held while Dagster writes its events
     except Exception as exc:  # noqa: BLE001 - done again page by page: only the page at fault fails
-        conn.rollback()
         log.warning("taking %d sources at once failed (%s): page by page", len(work), exc)
         for page in work:
             yield from _take_source(conn, page, max_page_bytes, retry)
@@ -198,9 +191,7 @@ def _stage_all(conn, work: list[_Page], max_tokens, overlap_tokens, retry) -> It
         return
     try:
         results = indexing.stage_many(conn, [p.item.page_url for p in work], max_tokens, overlap_tokens)
-        conn.commit()
     except Exception as exc:  # noqa: BLE001
-        conn.rollback()
         log.warning("staging %d pages at once failed (%s): page by page", len(work), exc)
         for page in work:
             yield from _stage(conn, page, max_tokens, overlap_tokens, retry)
@@ -226,7 +217,6 @@ def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget,
                 retry: RetryPolicy) -> Iterator[Staged | Failed]:
     """The `chunks` step of a run over many partitions: each page's stored text cut anew."""
     max_tokens, overlap_tokens = chunk_budget(spaces.active(conn))
-    conn.commit()
     yield from _stage_all(conn, [_pending(conn, url)[0] for url in urls], max_tokens, overlap_tokens, retry)
 
 
@@ -241,7 +231,6 @@ def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: in
         page.stage_hash = source_hash
         work.append(page)
     active = spaces.active(conn)
-    conn.commit()
     yield from _embed_and_switch(conn, work, embedder_for, active, run_id, retry)
 
 
@@ -250,7 +239,6 @@ def _pending(conn, url: str) -> tuple[_Page, str | None]:
     source came from while that crawl is not applied yet (a failure is recorded there), else
     none (a re-chunk)."""
     page = pages.get(conn, url)
-    conn.commit()
     if page is None:
         return _Page(WorkItem(url, None, 0)), None
     if not page.source_delivery_id or page.source_delivery_id <= (page.applied_delivery_id or 0):
@@ -264,9 +252,7 @@ def _take_source(conn, page: _Page, max_page_bytes, retry) -> Iterator[Sourced |
     url = page.item.page_url
     try:
         page.source = indexing.take_newest_delivery(conn, url, max_page_bytes)
-        conn.commit()  # before reporting: no page lock is held while Dagster writes its events
     except Exception as exc:  # noqa: BLE001 - one page's failure is recorded, the batch goes on
-        conn.rollback()
         yield _fail(conn, page, "pages", classify(exc), retry)
         return
     yield Sourced(url, page.source)
@@ -279,9 +265,7 @@ def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Sta
         page.staged = (chunk_store.staged(conn, page_id(url), staged.source_hash)
                        if staged.source_hash else [])
         page.stage_hash = staged.source_hash
-        conn.commit()
     except Exception as exc:  # noqa: BLE001
-        conn.rollback()
         yield _fail(conn, page, "chunks", classify(exc), retry)
         return
     yield Staged(url, staged, max_tokens, overlap_tokens)
@@ -295,9 +279,7 @@ def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, ret
     try:
         results = indexing.switch_many(
             conn, {p.item.page_url: (p.stage_hash, p.staged or []) for p in todo}, embedder_for, run_id, prepaid)
-        conn.commit()
     except Exception as exc:  # noqa: BLE001 - done again page by page: only the page at fault fails
-        conn.rollback()
         if not isinstance(exc, indexing.OneByOne):
             log.warning("switching %d pages at once failed (%s): page by page", len(todo), exc)
         for page in todo:
@@ -325,7 +307,6 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
         embedder = embedder_for(active)
         space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
         cached = chunk_store.cached_hashes(conn, space, list(texts))
-        conn.commit()
         missing = [c for h, c in texts.items() if h not in cached]
         if not missing:
             return prepaid, failures
@@ -343,7 +324,6 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
             chunk_store.cache_vectors(conn, space, [
                 (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
-        conn.rollback()
         failure = classify(exc)
         for page in live:
             failures.add(page.item.page_url)
@@ -376,10 +356,8 @@ def _switch(conn, page: _Page, embedder_for, prepaid: indexing.Prepaid, run_id, 
     url = page.item.page_url
     try:
         result = indexing.embed_and_switch(conn, url, embedder_for, run_id, prepaid)
-        conn.commit()
         return Switched(url, result)
     except Exception as exc:  # noqa: BLE001
-        conn.rollback()
         page.failed = True
         return _fail(conn, page, "embeddings", classify(exc), retry)
 
@@ -399,6 +377,5 @@ def _fail(conn, page: _Page, step: str, failure: PageFailure, retry: RetryPolicy
                                           backoff_s=retry.backoff_s, max_backoff_s=retry.max_backoff_s)
     except psycopg.Error as exc:
         # The database itself is away: the lease runs out and the page is batched again.
-        conn.rollback()
         log.warning("%s: could not record its failure (%s)", page.item.page_url, exc)
     return Failed(page.item.page_url, step, failure, delivery_id)

@@ -51,8 +51,6 @@ class BuildResult:
 Progress = Callable[[BuildResult], None]
 
 
-
-
 def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embedder,
                    rows: list[space_vectors.ChunkText], result: BuildResult) -> None:
     texts = {r.embed_hash: (r.embed_text, r.token_count) for r in rows if r.embed_text is not None}
@@ -76,11 +74,9 @@ def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE
     if space.status == "active":
         return result
     cursor, filled = space_vectors.progress(conn, space)
-    conn.commit()
     if not filled:
         while True:
             rows = space_vectors.texts_after(conn, cursor, page)
-            conn.commit()
             if not rows:
                 break
             _embed_missing(conn, space, embedder, rows, result)
@@ -108,10 +104,8 @@ def drain_backlog(conn: psycopg.Connection, space: spaces.Space, embedder: Embed
     is there now)."""
     seen = 0
     total = space_vectors.backlog_size(conn, space)
-    conn.commit()
     while seen < total:
         rows = space_vectors.backlog(conn, space, page)
-        conn.commit()
         if not rows:
             return
         _embed_missing(conn, space, embedder, rows, result)
@@ -125,7 +119,6 @@ def drain_backlog(conn: psycopg.Connection, space: spaces.Space, embedder: Embed
 def activate(conn: psycopg.Connection, embedder: Embedder) -> spaces.Space:
     """Finish the build (the walk, the index, the backlog), then flip search to the new space."""
     space = spaces.find(conn, embedder.model, embedder.dimensions)
-    conn.commit()
     if space is None:
         raise ModelSwitchError(f"no space for {embedder.model} ({embedder.dimensions} dims): build it first")
     if space.status == "active":

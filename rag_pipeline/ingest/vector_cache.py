@@ -70,7 +70,6 @@ def cache_uncached(conn: psycopg.Connection, space: spaces.Space, embedder_of: C
     of; no transaction is open while the model works. The embedder is asked for only when there is
     something to embed (None: none can embed for this space). Returns (texts embedded, the cost)."""
     cached = chunk_store.cached_hashes(conn, space, list(texts))
-    conn.commit()
     todo = [(h, text, tokens) for h, (text, tokens) in texts.items() if h not in cached]
     embedder = embedder_of() if todo else None
     if embedder is None:
@@ -103,10 +102,8 @@ def embed_for_builds(conn: psycopg.Connection, page_url: str, unique: dict[bytes
         try:
             cache_uncached(conn, other, lambda: embedder_of(other), texts)
         except Exception as exc:  # noqa: BLE001 - the build catches up on what this could not do
-            conn.rollback()
             log.warning("%s: not embedded for space %s (%s) being built, left for its build: %s",
                         page_url, other.space_id, other.model, exc)
-    conn.commit()
 
 
 def record_failure(conn: psycopg.Connection, page: pages.Page, error: str) -> None:

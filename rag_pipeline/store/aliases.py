@@ -9,12 +9,14 @@ from __future__ import annotations
 import psycopg
 
 from rag_pipeline.core.urls import page_id
+from rag_pipeline.store import db
 
 
 def record(conn: psycopg.Connection, alias_url: str, target_url: str, target_crawl_url: str,
            delivery_id: int) -> bool:
     """Make `alias_url` an alias of `target_url` (both normalized); the caller holds the target's
     row lock. Returns False when the alias has seen newer news of its own (a later direct crawl)."""
+    db.require_transaction(conn, "aliases.record")
     alias = conn.execute(
         "SELECT applied_delivery_id, recrawl_every, cadence_source FROM pages WHERE url = %s FOR UPDATE",
         (alias_url,),

@@ -14,6 +14,7 @@ from uuid import UUID
 import numpy as np
 import psycopg
 
+from rag_pipeline.store import db
 from rag_pipeline.store.spaces import Space
 
 
@@ -32,15 +33,16 @@ def stage(conn: psycopg.Connection, generations: dict[UUID, tuple[str, Sequence[
     """Replace what was staged for these pages by their new generations: page_id → (source_hash, chunks), one DELETE and one COPY."""
     if not generations:
         return
-    conn.execute("DELETE FROM staged_chunks WHERE page_id = ANY(%s)", (list(generations),))
-    with conn.cursor() as cur, cur.copy(
-        "COPY staged_chunks (page_id, source_hash, chunk_index, chunk_id, content, embed_text, embed_hash,"
-        " token_count, chunker_version) FROM STDIN"
-    ) as copy:
-        for page_id, (source_hash, chunks) in generations.items():
-            for c in chunks:
-                copy.write_row((page_id, source_hash, c.chunk_index, c.chunk_id, c.content, c.embed_text,
-                                c.embed_hash, c.token_count, c.chunker_version))
+    with conn.transaction():
+        conn.execute("DELETE FROM staged_chunks WHERE page_id = ANY(%s)", (list(generations),))
+        with conn.cursor() as cur, cur.copy(
+            "COPY staged_chunks (page_id, source_hash, chunk_index, chunk_id, content, embed_text, embed_hash,"
+            " token_count, chunker_version) FROM STDIN"
+        ) as copy:
+            for page_id, (source_hash, chunks) in generations.items():
+                for c in chunks:
+                    copy.write_row((page_id, source_hash, c.chunk_index, c.chunk_id, c.content, c.embed_text,
+                                    c.embed_hash, c.token_count, c.chunker_version))
 
 
 def staged(conn: psycopg.Connection, page_id: UUID, source_hash: str) -> list[StagedChunk]:
@@ -111,6 +113,7 @@ def swap_in(conn: psycopg.Connection, page_id: UUID, source_hash: str, space: Sp
     active space's table and into each space being built (caller holds the page row lock inside
     one transaction). A chunk whose text a building space has no vector of yet goes on that
     space's backlog. Returns the number of live chunks."""
+    db.require_transaction(conn, "chunks.swap_in")
     expected = conn.execute(
         "SELECT count(*) FROM staged_chunks WHERE page_id = %s AND source_hash = %s",
         (page_id, source_hash),
@@ -182,6 +185,7 @@ def swap_in_many(conn: psycopg.Connection, generations: dict[UUID, str], space: 
     only (no space is being built): a statement per step for the whole set. Raises
     IncompleteGeneration, naming the page, if any page would go live without all its vectors (the
     caller rolls back and switches page by page). Returns each page's live chunks."""
+    db.require_transaction(conn, "chunks.swap_in_many")
     if not generations:
         return {}
     ids, hashes = list(generations), list(generations.values())

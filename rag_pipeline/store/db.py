@@ -193,10 +193,25 @@ def redact(url: str) -> str:
 #: must be safe to run again if it stops halfway (IF NOT EXISTS, and an invalid index dropped first).
 
 def _configure(conn: psycopg.Connection) -> None:
+    """Every pooled connection is in autocommit: a statement alone is its own transaction, and a
+    unit of work is the `with conn.transaction():` block around it, wherever it is called from."""
     from pgvector.psycopg import register_vector
 
+    conn.autocommit = True
     register_vector(conn)
-    conn.commit()
+
+
+def require_autocommit(conn: psycopg.Connection, what: str) -> None:
+    """For work that must not run inside a transaction (CONCURRENTLY), or that begins and ends its own."""
+    if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise RuntimeError(f"{what} needs an autocommit connection outside any transaction (as pooled ones are)")
+
+
+def require_transaction(conn: psycopg.Connection, what: str) -> None:
+    """For statements whose row locks must outlive them (FOR UPDATE): on an autocommit connection
+    they would end with the statement, so the caller's `with conn.transaction():` must be open."""
+    if conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+        raise RuntimeError(f"{what} must run inside `with conn.transaction():` (its row locks end with it)")
 
 
 _pools: dict[str, ConnectionPool] = {}

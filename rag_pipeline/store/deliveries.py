@@ -10,6 +10,7 @@ from psycopg.rows import class_row
 
 from rag_pipeline.core.batch_sizing import WorkItem
 from rag_pipeline.core.text import storable
+from rag_pipeline.store import db
 
 # One statement, shared by the async receiver and the sync helpers, so both store the same row.
 INSERT_DELIVERY = """
@@ -49,6 +50,7 @@ def insert(conn: psycopg.Connection, **row) -> int | None:
 
 def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
     """The oldest deliveries nobody routed yet, locked so two sensor ticks never route one twice."""
+    db.require_transaction(conn, "deliveries.claim_unrouted")
     with conn.cursor(row_factory=class_row(Delivery)) as cur:
         cur.execute(
             f"SELECT {_COLUMNS} FROM deliveries WHERE processed_at IS NULL"

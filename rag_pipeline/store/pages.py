@@ -10,6 +10,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from rag_pipeline.core.batch_sizing import WorkItem
+from rag_pipeline.store import db
 
 
 @dataclass
@@ -42,6 +43,8 @@ _COLUMNS = (
 def get(conn: psycopg.Connection, url: str, *, for_update: bool = False) -> Page | None:
     """The page row; `for_update` takes the row lock that serializes every change to one page."""
     lock = " FOR UPDATE" if for_update else ""
+    if for_update:
+        db.require_transaction(conn, "pages.get(for_update=True)")
     with conn.cursor(row_factory=class_row(Page)) as cur:
         cur.execute(f"SELECT {_COLUMNS} FROM pages WHERE url = %s{lock}", (url,))
         return cur.fetchone()
@@ -51,6 +54,8 @@ def get_many(conn: psycopg.Connection, urls, *, for_update: bool = False) -> dic
     """The rows of these pages, by URL; `for_update` locks them in URL order (two batches that
     share pages take their locks in the same order: no deadlock)."""
     lock = " ORDER BY url FOR UPDATE" if for_update else ""
+    if for_update:
+        db.require_transaction(conn, "pages.get_many(for_update=True)")
     with conn.cursor(row_factory=class_row(Page)) as cur:
         cur.execute(f"SELECT {_COLUMNS} FROM pages WHERE url = ANY(%s){lock}", (list(urls),))
         return {page.url: page for page in cur.fetchall()}
@@ -109,6 +114,7 @@ def stamp_verified(conn: psycopg.Connection, page_id: UUID, delivery_id: int,
 def tombstone(conn: psycopg.Connection, page_id: UUID, url: str, delivery_id: int,
               original_status: int | None) -> int:
     """Take the page out of search at once; the row stays with `deleted_at`. Returns chunks removed."""
+    db.require_transaction(conn, "pages.tombstone")
     conn.execute(
         "INSERT INTO pages (page_id, url) VALUES (%s, %s) ON CONFLICT (page_id) DO NOTHING",
         (page_id, url),
@@ -172,8 +178,8 @@ def count_chunked_otherwise(conn: psycopg.Connection, signature: str) -> int:
 
 def sources_chunked_otherwise(conn: psycopg.Connection, signature: str, *, itersize: int = 200):
     """(url, source_text) of those pages, read through a server-side cursor (the corpus may not fit
-    in memory); the caller holds the transaction open while it iterates."""
-    with conn.cursor(name="chunked_otherwise") as cur:
+    in memory), in a read transaction held open while the caller iterates."""
+    with conn.transaction(), conn.cursor(name="chunked_otherwise") as cur:
         cur.itersize = itersize
         cur.execute(f"SELECT url, source_text FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,))
         yield from cur

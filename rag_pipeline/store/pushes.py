@@ -20,18 +20,19 @@ class Outcome:
 def begin(conn: psycopg.Connection, items: list[tuple[str, str]], *, reason: str, crawler: str,
           run_id: str | None) -> list[int]:
     """Record (crawl URL, page URL) pushes as pending; returns their ids in the same order."""
-    if not items:
-        return []
-    ids = [r[0] for r in conn.execute(
-        "SELECT nextval('pushes_push_id_seq') FROM generate_series(1, %s)", (len(items),)
-    ).fetchall()]
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO pushes (push_id, url, page_url, reason, crawler, run_id)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            [(pid, url, page_url, reason, crawler, run_id) for pid, (url, page_url) in zip(ids, items)],
-        )
-    return ids
+    with conn.transaction():
+        if not items:
+            return []
+        ids = [r[0] for r in conn.execute(
+            "SELECT nextval('pushes_push_id_seq') FROM generate_series(1, %s)", (len(items),)
+        ).fetchall()]
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO pushes (push_id, url, page_url, reason, crawler, run_id)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                [(pid, url, page_url, reason, crawler, run_id) for pid, (url, page_url) in zip(ids, items)],
+            )
+        return ids
 
 
 def finish(conn: psycopg.Connection, outcomes: list[Outcome]) -> None:

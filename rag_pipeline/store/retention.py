@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
+from rag_pipeline.store import db
 from rag_pipeline.store.pushes import UNDELIVERED_WINDOW_S
 
 if TYPE_CHECKING:
@@ -341,9 +341,8 @@ def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False,
     def told(table: str) -> Progress:
         return (lambda walked: on_progress(table, walked)) if on_progress else _nothing
 
-    if conn.info.transaction_status != TransactionStatus.IDLE:
-        # Inside an open transaction every batch would become a savepoint of one long transaction.
-        raise RuntimeError("prune needs a connection outside any transaction: each batch commits on its own")
+    # Inside an open transaction every batch would become a savepoint of one long transaction.
+    db.require_autocommit(conn, "a prune (each batch commits on its own)")
     started = time.monotonic()
     result = PruneResult(dry_run)
     with _prune_lock(conn):
@@ -389,8 +388,6 @@ def _prune_lock(conn: psycopg.Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        if not conn.closed and conn.info.transaction_status == TransactionStatus.INERROR:
-            conn.rollback()
         if not conn.closed:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK_KEY,))

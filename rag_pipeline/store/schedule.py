@@ -75,25 +75,26 @@ def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timede
     never crawled keeps its earlier slot: due now, or leased while its first push is in flight).
     An alias is returned untouched (its target is what gets crawled); an unknown page is None
     unless `register`, which adds it due now: a cadence nobody crawled yet must not wait one interval."""
-    current = conn.execute(
-        "SELECT url, coalesce(crawl_url, url), recrawl_every, alias_of FROM pages WHERE page_id = %s"
-        " FOR UPDATE", (page_id(page_url),),
-    ).fetchone()
-    if current is None and not register:
-        return None
-    if current is not None and current[3] is not None:
-        return Registered(*current)
-    row = conn.execute(
-        "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
-        " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now())"
-        " ON CONFLICT (page_id) DO UPDATE SET recrawl_every = excluded.recrawl_every,"
-        "   cadence_source = excluded.cadence_source,"
-        "   next_crawl_at = coalesce(pages.last_crawled_at + excluded.recrawl_every,"
-        "     least(pages.next_crawl_at, now() + excluded.recrawl_every))"
-        " RETURNING url, coalesce(crawl_url, url), recrawl_every, alias_of",
-        {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every, "source": source},
-    ).fetchone()
-    return Registered(*row, created=current is None)
+    with conn.transaction():
+        current = conn.execute(
+            "SELECT url, coalesce(crawl_url, url), recrawl_every, alias_of FROM pages WHERE page_id = %s"
+            " FOR UPDATE", (page_id(page_url),),
+        ).fetchone()
+        if current is None and not register:
+            return None
+        if current is not None and current[3] is not None:
+            return Registered(*current)
+        row = conn.execute(
+            "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
+            " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now())"
+            " ON CONFLICT (page_id) DO UPDATE SET recrawl_every = excluded.recrawl_every,"
+            "   cadence_source = excluded.cadence_source,"
+            "   next_crawl_at = coalesce(pages.last_crawled_at + excluded.recrawl_every,"
+            "     least(pages.next_crawl_at, now() + excluded.recrawl_every))"
+            " RETURNING url, coalesce(crawl_url, url), recrawl_every, alias_of",
+            {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every, "source": source},
+        ).fetchone()
+        return Registered(*row, created=current is None)
 
 
 def cadence_of(conn: psycopg.Connection, page_url: str) -> Cadence | None:
@@ -106,21 +107,22 @@ def cadence_of(conn: psycopg.Connection, page_url: str) -> Cadence | None:
 
 def assign_defaults(conn: psycopg.Connection, every_for, limit: int) -> int:
     """Pages first seen through a delivery get their pattern's cadence (bounded per call)."""
-    rows = conn.execute(
-        "SELECT page_id, url FROM pages WHERE cadence_source IS NULL ORDER BY first_seen_at"
-        " LIMIT %s FOR UPDATE SKIP LOCKED",
-        (limit,),
-    ).fetchall()
-    if not rows:
-        return 0
-    with conn.cursor() as cur:
-        cur.executemany(
-            "UPDATE pages SET recrawl_every = %s, cadence_source = 'default',"
-            " next_crawl_at = CASE WHEN alias_of IS NULL"
-            "   THEN coalesce(last_crawled_at, first_seen_at) + %s END WHERE page_id = %s",
-            [(every_for(url), every_for(url), pid) for pid, url in rows],
-        )
-    return len(rows)
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT page_id, url FROM pages WHERE cadence_source IS NULL ORDER BY first_seen_at"
+            " LIMIT %s FOR UPDATE SKIP LOCKED",
+            (limit,),
+        ).fetchall()
+        if not rows:
+            return 0
+        with conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE pages SET recrawl_every = %s, cadence_source = 'default',"
+                " next_crawl_at = CASE WHEN alias_of IS NULL"
+                "   THEN coalesce(last_crawled_at, first_seen_at) + %s END WHERE page_id = %s",
+                [(every_for(url), every_for(url), pid) for pid, url in rows],
+            )
+        return len(rows)
 
 
 def claim_due(conn: psycopg.Connection, limit: int, lease: timedelta,
@@ -171,23 +173,24 @@ def after_push(conn: psycopg.Connection, pushed: list[str], failed: list[str], *
     A scheduled page's interval counts from when it was due (`due_at`), not from its push, so
     the sensor's tick and the run's start-up do not add to every cadence; a slot already past
     (a backlog, an outage) counts from the push instead, so a late page is not pushed twice."""
-    if pushed:
-        due_at = due_at or {}
-        conn.execute(
-            "UPDATE pages p SET next_crawl_at = CASE"
-            "   WHEN p.deleted_at IS NOT NULL THEN now() + greatest(p.recrawl_every, %s)"
-            "   WHEN d.due_at + p.recrawl_every > now() THEN d.due_at + p.recrawl_every"
-            "   ELSE now() + p.recrawl_every END"
-            " FROM unnest(%s::text[], %s::timestamptz[]) AS d(url, due_at)"
-            " WHERE p.url = d.url AND p.alias_of IS NULL",
-            (tombstone_recheck, pushed, [due_at.get(url) for url in pushed]),
-        )
-    if failed:
-        conn.execute(
-            "UPDATE pages SET next_crawl_at = now() + least(recrawl_every, %s)"
-            " WHERE url = ANY(%s) AND alias_of IS NULL",
-            (retry_after, failed),
-        )
+    with conn.transaction():
+        if pushed:
+            due_at = due_at or {}
+            conn.execute(
+                "UPDATE pages p SET next_crawl_at = CASE"
+                "   WHEN p.deleted_at IS NOT NULL THEN now() + greatest(p.recrawl_every, %s)"
+                "   WHEN d.due_at + p.recrawl_every > now() THEN d.due_at + p.recrawl_every"
+                "   ELSE now() + p.recrawl_every END"
+                " FROM unnest(%s::text[], %s::timestamptz[]) AS d(url, due_at)"
+                " WHERE p.url = d.url AND p.alias_of IS NULL",
+                (tombstone_recheck, pushed, [due_at.get(url) for url in pushed]),
+            )
+        if failed:
+            conn.execute(
+                "UPDATE pages SET next_crawl_at = now() + least(recrawl_every, %s)"
+                " WHERE url = ANY(%s) AND alias_of IS NULL",
+                (retry_after, failed),
+            )
 
 
 def due_count(conn: psycopg.Connection) -> int:

@@ -96,11 +96,12 @@ RETRY_READING = timedelta(minutes=15)
 
 
 def begin_reading(conn: psycopg.Connection, site: str, run_id: str | None) -> Reading:
-    conn.execute("UPDATE sites SET next_discovery_at = now() + %s WHERE name = %s", (RETRY_READING, site))
-    row = conn.execute(
-        "INSERT INTO site_readings (site, run_id) VALUES (%s, %s) RETURNING reading_id, started_at",
-        (site, run_id)).fetchone()
-    return Reading(row[0], site, row[1], None, None, {}, [])
+    with conn.transaction():
+        conn.execute("UPDATE sites SET next_discovery_at = now() + %s WHERE name = %s", (RETRY_READING, site))
+        row = conn.execute(
+            "INSERT INTO site_readings (site, run_id) VALUES (%s, %s) RETURNING reading_id, started_at",
+            (site, run_id)).fetchone()
+        return Reading(row[0], site, row[1], None, None, {}, [])
 
 
 def stage(conn: psycopg.Connection, reading_id: int, rows: list[Listed]) -> None:

@@ -13,6 +13,7 @@ from uuid import UUID
 
 import psycopg
 
+from rag_pipeline.store import db
 from rag_pipeline.store.spaces import Space
 
 
@@ -75,6 +76,7 @@ def settle_backlog(conn: psycopg.Connection, space: Space, chunk_ids: list[UUID]
     """Bring these backlog chunks up to date in `space` (a vector of another text, left by a walk
     that read the chunk before a switch changed it, goes), and take off the backlog those now
     right or gone. Returns how many stay (their text has no vector yet)."""
+    db.require_transaction(conn, "space_vectors.settle_backlog")
     conn.execute(
         "DELETE FROM space_vectors sv USING chunks c WHERE sv.space_id = %s AND sv.chunk_id = ANY(%s)"
         " AND c.chunk_id = sv.chunk_id AND sv.embed_hash <> c.embed_hash",

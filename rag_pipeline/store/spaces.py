@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from rag_pipeline.store import db
+
 SPACE_LOCK_KEY = 0x5241_4702
 HNSW_VECTOR_MAX_DIMS = 2000
 
@@ -188,32 +190,22 @@ def indexed_rows(conn: psycopg.Connection, space: Space) -> int:
 def drop_index(conn: psycopg.Connection, space: Space) -> None:
     """Make way for a bulk load: rows go in without the per-row HNSW cost, and search scans the
     table exactly meanwhile. CONCURRENTLY: page switches in flight are waited for, never blocked."""
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.commit()
-    was = conn.autocommit
-    conn.autocommit = True
-    try:
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
-    finally:
-        conn.autocommit = was
+    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
 
 
 def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str,
                              parallel_workers: int | None = None) -> None:
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
     writing the table meanwhile (CONCURRENTLY takes no lock that blocks them)."""
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.commit()
-    was = conn.autocommit
-    conn.autocommit = True
+    db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
+    if index_state(conn, space) == "invalid":
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+    if parallel_workers is not None:
+        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
     try:
-        if index_state(conn, space) == "invalid":
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
-        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
-        if parallel_workers is not None:
-            conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
         conn.execute(_index_sql(space, concurrently=True))
+    finally:   # session settings: a pooled connection goes back as it came
         conn.execute("RESET maintenance_work_mem")
         conn.execute("RESET max_parallel_maintenance_workers")
-    finally:
-        conn.autocommit = was

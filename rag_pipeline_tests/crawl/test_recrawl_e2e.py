@@ -115,7 +115,7 @@ def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, c
         recheck, = conn.execute("SELECT next_crawl_at - now() FROM pages WHERE url = %s", (key[daily],)).fetchone()
         assert recheck.days >= 29
 
-        checks = crawl.crawler_health()
+        checks = crawl.health()
         assert all(e.passed for e in checks.values()), {k: e.description for k, e in checks.items()}
 
         # The receiver goes down: probes fail, the crawler pauses, its check fails and says why.
@@ -124,7 +124,7 @@ def test_seed_cadence_recrawl_change_redirect_404_and_paused(gate, site, conn, c
         crawl_env.setenv("PUSH_DELIVERY_TIMEOUT_S", "0.3")
         get_settings.cache_clear()
         crawl.run("recrawl_now", "push_matching", {"pattern": "*/fast"})
-        checks = wait_until(lambda: (c := crawl.crawler_health(cursor=json.dumps({"waiting": []})))
+        checks = wait_until(lambda: (c := crawl.health(cursor=json.dumps({"waiting": []})))
                             and not c[PUSHES_DELIVERED].passed and c, 10, "the undelivered push past its timeout")
         assert not checks[CRAWLER_NOT_PAUSED].passed
         assert "PAUSED" in checks[CRAWLER_NOT_PAUSED].description

@@ -105,7 +105,6 @@ def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
                 since = min(filter(None, (index_figures.first_delivery_at(conn),
                                           now - timedelta(seconds=current.index_snapshot_every_s))))
             event = snapshot_event(conn, current, since, now)
-            conn.commit()
         return dg.SensorResult(asset_events=[event], run_requests=requests, cursor=str(now.timestamp()))
 
     return index_snapshot_sensor

@@ -74,7 +74,6 @@ def _space_of(conn, space_id: int | None, seen: dict) -> spaces.Space | None:
         return None
     if space_id not in seen:
         seen[space_id] = spaces.by_id(conn, space_id)
-        conn.commit()
     return seen[space_id]
 
 

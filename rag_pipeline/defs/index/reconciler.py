@@ -54,7 +54,6 @@ def free_batch(conn: psycopg.Connection, batch_key: str, reason: str, settings, 
 def reconcile(instance: dg.DagsterInstance, conn: psycopg.Connection, settings) -> dict[str, int]:
     """One pass over the open batches; returns how many were freed and runs failed."""
     found = batch_leases.open_batches(conn)
-    conn.commit()
     done = {"freed_batches": 0, "freed_pages": 0, "runs_failed": 0}
     if not found:
         return done

@@ -61,14 +61,12 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         # Every queued page no live batch holds, whether routed now, due for a retry, or freed by
         # the reconciler or an ended lease: nothing depends on one tick succeeding.
         work = deliveries.queued_work(conn, current.sensor_batch_size)
-        conn.commit()
         requests = request_batches(conn, work, current)
         # Around a bulk load: the HNSW index makes way while a large backlog is written.
         rebuild, upkeep = index_upkeep(context.instance, conn, current)
         urls = sorted({url for r in requests for url in pages_of(r)})
         settled_urls = {s.page_url for s in routed.settled} | set(routed.redirects)
         located = pages.locations(conn, [*urls, *settled_urls]) if urls or settled_urls else {}
-        conn.commit()
     if upkeep:
         context.log.info(upkeep)
     if rebuild is not None:
@@ -152,7 +150,6 @@ def rechunk_sensor(
         max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
         signature = chunker_signature(max_tokens, overlap_tokens)
         work = pages.outdated_work(conn, signature, current.sensor_batch_size)
-        conn.commit()
         requests = request_batches(conn, work, current, rechunk=True, tags={"rag/chunker": signature})
     if not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
