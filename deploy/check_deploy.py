@@ -10,9 +10,10 @@ Each check needs some packages and says SKIP (with what it lacks) when they are 
   chart      deploy/helm/values.yaml merged into the chart's values.yaml, against the chart's
              values.schema.json (--chart, an unpacked `helm pull dagster/dagster --version 1.13.27`)
                                                                            [PyYAML, jsonschema]
-  instance   deploy/dagster.yaml, and the run queue, pools, run monitoring and sensor settings the
-             Helm values give the chart's dagster.yaml, validated by Dagster's own instance schema
-             and the K8sRunLauncher's config schema; the two must mean the same
+  instance   deploy/dagster.yaml, and the dagster.yaml the Helm values give the chart (rendered by
+             `helm template` with --rendered, else derived from the values the way the chart's 1.13
+             templates do), validated by Dagster's instance schema and each configured class's
+             (K8sRunLauncher, QueuedRunCoordinator, Postgres storages); the two must mean the same
                                                      [dagster, dagster-k8s, dagster-postgres]
 Exit status 1 when a check fails; skipped checks do not fail.
 """
@@ -127,8 +128,11 @@ K8S_KINDS = {
     ("v1", "ServiceAccount"): "V1ServiceAccount", ("apps/v1", "Deployment"): "V1Deployment",
     ("batch/v1", "Job"): "V1Job", ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
     ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget", ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding", ("v1", "Pod"): "V1Pod",
 }
+
+
+SCALARS = {"str": str, "datetime": str, "date": str, "int": int, "bool": bool, "float": (int, float)}
 
 
 def walk(value, type_name: str, path: str, errors: list[str]) -> None:
@@ -150,18 +154,9 @@ def walk(value, type_name: str, path: str, errors: list[str]) -> None:
         inner = type_name[type_name.index(",") + 1:-1].strip()
         for key, item in value.items():
             walk(item, inner, f"{path}.{key}", errors)
-    elif type_name in ("str", "datetime", "date"):
-        if not isinstance(value, str):
-            errors.append(f"{path}: expected a string, got {value!r}")
-    elif type_name == "int":
-        if not isinstance(value, int) or isinstance(value, bool):
-            errors.append(f"{path}: expected an integer, got {value!r}")
-    elif type_name == "bool":
-        if not isinstance(value, bool):
-            errors.append(f"{path}: expected true/false, got {value!r}")
-    elif type_name == "float":
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            errors.append(f"{path}: expected a number, got {value!r}")
+    elif type_name in SCALARS:
+        if not isinstance(value, SCALARS[type_name]) or (isinstance(value, bool) and type_name != "bool"):
+            errors.append(f"{path}: expected {type_name}, got {value!r}")
     elif type_name == "object":
         pass   # int-or-string and free-form fields
     else:
@@ -194,13 +189,11 @@ def check_object(doc: dict, where: str) -> list[str]:
 
 @check("k8s")
 def check_k8s(rendered: str | None) -> list[str]:
-    """deploy/k8s/*.yaml (and rendered chart output): fields, types and required fields of the Kubernetes API"""
+    """deploy/k8s/*.yaml, the Kubernetes objects in the Helm values (and rendered chart output): fields, types, required fields"""
     import kubernetes  # noqa: F401  (skip early without it)
 
-    errors: list[str] = []
     docs = [(path.name, doc) for path in sorted((DEPLOY / "k8s").glob("*.yaml")) for doc in load_all(path)]
-    for where, doc in docs:
-        errors += check_object(doc, where)
+    errors = [e for where, doc in docs for e in check_object(doc, where)]
     by_kind: dict[str, dict[str, dict]] = {}
     for _, doc in docs:
         by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
@@ -219,14 +212,11 @@ def check_k8s(rendered: str | None) -> list[str]:
                 if ref and ref.get("name") not in configmaps and not ref.get("optional"):
                     errors.append(f"{name}: ConfigMap {ref.get('name')} is not in deploy/k8s/")
     pods = {name: d["spec"]["template"]["metadata"]["labels"] for name, d in by_kind.get("Deployment", {}).items()}
-    for name, service in by_kind.get("Service", {}).items():
-        selector = service["spec"]["selector"]
-        if not any(selector.items() <= labels.items() for labels in pods.values()):
-            errors.append(f"Service/{name}: selects no Deployment's pods")
-    for name, pdb in by_kind.get("PodDisruptionBudget", {}).items():
-        selector = pdb["spec"]["selector"]["matchLabels"]
-        if not any(selector.items() <= labels.items() for labels in pods.values()):
-            errors.append(f"PodDisruptionBudget/{name}: selects no Deployment's pods")
+    selectors = [(f"Service/{n}", d["spec"]["selector"]) for n, d in by_kind.get("Service", {}).items()]
+    selectors += [(f"PodDisruptionBudget/{n}", d["spec"]["selector"]["matchLabels"])
+                  for n, d in by_kind.get("PodDisruptionBudget", {}).items()]
+    errors += [f"{what}: selects no Deployment's pods" for what, selector in selectors
+               if not any(selector.items() <= labels.items() for labels in pods.values())]
     for name, hpa in by_kind.get("HorizontalPodAutoscaler", {}).items():
         target = hpa["spec"]["scaleTargetRef"]["name"]
         if target not in by_kind.get("Deployment", {}):
@@ -234,6 +224,18 @@ def check_k8s(rendered: str | None) -> list[str]:
             continue
         if hpa["spec"]["minReplicas"] > by_kind["Deployment"][target]["spec"]["replicas"]:
             errors.append(f"HorizontalPodAutoscaler/{name}: minReplicas above the Deployment's replicas")
+    # The Kubernetes objects inside the Helm values (the chart copies them into its pods as they are).
+    import yaml
+
+    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    holders = [("dagsterWebserver", values["dagsterWebserver"]), ("dagsterDaemon", values["dagsterDaemon"]),
+               ("runLauncher.config.k8sRunLauncher", values["runLauncher"]["config"]["k8sRunLauncher"])]
+    holders += [(f"dagster-user-deployments.deployments[{d['name']}]", d)
+                for d in values["dagster-user-deployments"]["deployments"]]
+    for where, holder in holders:
+        for key, model in (("podSecurityContext", "V1PodSecurityContext"), ("securityContext", "V1SecurityContext"),
+                           ("resources", "V1ResourceRequirements")):
+            walk(holder.get(key), model, f"helm values {where}.{key}", errors)
     if rendered:
         for doc in load_all(Path(rendered)):
             errors += check_object(doc, "helm template")
@@ -270,13 +272,15 @@ def check_chart(chart: str | None) -> list[str]:
     schema = json.loads((chart_dir / "values.schema.json").read_text())
     values = helm_merge(yaml.safe_load((chart_dir / "values.yaml").read_text()),
                         yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text()))
-    from referencing import Registry, Resource
-    from referencing.jsonschema import DRAFT7
 
-    # The chart's Kubernetes $refs point at kubernetesjsonschema.dev: not reachable offline, and
-    # the k8s check covers those objects once rendered.
-    registry = Registry(retrieve=lambda uri: Resource.from_contents({}, default_specification=DRAFT7))
-    validator = jsonschema.Draft7Validator(schema, registry=registry)
+    def local(node):
+        # The chart's Kubernetes $refs point at kubernetesjsonschema.dev, out of reach offline: each
+        # keeps its sibling keywords ("type": "object"), and the k8s check covers those objects.
+        if isinstance(node, dict):
+            return {k: local(v) for k, v in node.items() if not (k == "$ref" and str(v).startswith("http"))}
+        return [local(v) for v in node] if isinstance(node, list) else node
+
+    validator = jsonschema.Draft7Validator(local(schema))
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(values)]
     if version != "1.13.27":
         errors.append(f"the chart at {chart} is version {version}, not 1.13.27")
@@ -352,7 +356,8 @@ def instance_from_values(values: dict) -> dict:
 
 
 def validate_instance(config: dict, label: str) -> list[str]:
-    """Dagster's schema for dagster.yaml, then each configurable class's own config schema."""
+    """Dagster's schema for dagster.yaml, then each configurable class's own config schema (Dagster's
+    own validators, from private modules: re-check this function on a Dagster upgrade)."""
     import yaml
     from dagster._config import process_config
     from dagster._core.instance.config import dagster_instance_config
@@ -376,7 +381,7 @@ def validate_instance(config: dict, label: str) -> list[str]:
 
 
 @check("instance")
-def check_instance(_: None) -> list[str]:
+def check_instance(rendered: str | None) -> list[str]:
     """deploy/dagster.yaml and the Helm values' instance: accepted by Dagster and dagster-k8s, same run queue, pools, monitoring"""
     import dagster  # noqa: F401
     import dagster_k8s  # noqa: F401
@@ -392,6 +397,13 @@ def check_instance(_: None) -> list[str]:
     except ValueError as exc:
         return errors + [f"helm values: {exc}"]
     errors += validate_instance(chart, "helm values")
+    if rendered:   # the chart's own rendering replaces the approximation above
+        found = [doc for doc in load_all(Path(rendered))
+                 if doc.get("kind") == "ConfigMap" and doc["metadata"]["name"].endswith("-instance")]
+        if not found:
+            return errors + [f"{rendered}: no instance ConfigMap"]
+        chart = yaml.safe_load(found[0]["data"]["dagster.yaml"])
+        errors += validate_instance(chart, "helm template")
     same = {
         "concurrency": (single["concurrency"], chart.get("concurrency")),
         "run_coordinator dequeue_interval_seconds": (single["run_coordinator"]["config"].get("dequeue_interval_seconds"),
@@ -422,7 +434,7 @@ def main() -> int:
     check_compose(args.compose_schema)
     check_k8s(args.rendered)
     check_chart(args.chart)
-    check_instance(None)
+    check_instance(args.rendered)
     for name, status, detail in results:
         print(f"{status:4} {name}: {detail}")
     return 1 if any(status == "FAIL" for _, status, _ in results) else 0
