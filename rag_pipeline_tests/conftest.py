@@ -17,6 +17,21 @@ from rag_pipeline.settings import get_settings
 from rag_pipeline.store import db, embedded, schema
 
 
+# The longest test files (`make test PYTEST_ADDOPTS=--durations=40`), longest first, are started
+# first: `make test` hands each file whole to one of its workers, and a long file started last would
+# leave one worker running it alone while the other is idle.
+LONG_FILES = (
+    "test_daemon_kills.py", "test_daemon_batches.py", "test_sites_daemon.py", "test_fuzz_openapi.py",
+    "test_fuzz.py", "test_database_restart.py", "test_checks.py", "test_adaptive_cadence_e2e.py",
+    "test_search_filters.py", "test_chunking.py", "test_bulk_index.py", "test_batches.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+
+
 @pytest.fixture(scope="session")
 def pg_server_url():
     """TEST_DATABASE_URL (any server with pgvector and CREATEDB), else a throwaway embedded server."""
@@ -101,3 +116,13 @@ def _fresh_settings(monkeypatch, tmp_path):
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def stack(database_url, tmp_path, monkeypatch):
+    """A webhook receiver, the Dagster daemon and its code server on a fresh `dagster` database."""
+    from rag_pipeline_tests.daemons import daemon_stack
+
+    dagster_url = db.as_url(db.with_database(database_url, f"dagster_{uuid.uuid4().hex[:8]}"))
+    with daemon_stack(database_url, dagster_url, tmp_path, monkeypatch) as parts:
+        yield parts

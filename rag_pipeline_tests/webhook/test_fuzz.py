@@ -1,9 +1,9 @@
 """Fuzzing the receiver: over 10,000 generated requests, never a 5xx, and nothing stored that
 was not acknowledged as stored (a bad token, a refusal, a duplicate or a probe adds no row).
 
-Two generators: hypothesis batches sent through the in-process ASGI transport (fast, and free to
-send byte values no HTTP parser would let through), and schemathesis cases built from the app's
-own OpenAPI schema, sent over real loopback HTTP.
+Hypothesis batches sent through the in-process ASGI transport (fast, and free to send byte values no
+HTTP parser would let through). The schemathesis cases, built from the app's own OpenAPI schema and
+sent over real loopback HTTP, are in test_fuzz_openapi.py (a file each: they run side by side).
 """
 
 from __future__ import annotations
@@ -11,19 +11,15 @@ from __future__ import annotations
 import gzip
 import json
 
-import requests
-import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis.generation.modes import GenerationMode
 
-from rag_pipeline_tests.servers import serve
+from rag_pipeline_tests.webhook.answers import check_answer, newest_id
 from rag_pipeline_tests.webhook.conftest import TOKEN, make_app
 
 BATCH = 25
 HYPOTHESIS_BATCHES = 410  # 410 x 25 = 10,250 requests
-SCHEMATHESIS_CASES = 1200
 
 latin1 = st.text(st.characters(max_codepoint=255), max_size=40)
 statuses = st.one_of(st.sampled_from(["200", "404", "410", "301", "503", "200, 200", "200,404", " 200 "]),
@@ -118,24 +114,6 @@ def requests_(draw):
     return good_token, params, headers, body
 
 
-def newest_id(conn) -> int:
-    return conn.execute("SELECT coalesce(max(id), 0) FROM deliveries").fetchone()[0]
-
-
-def check_answer(conn, before: int, status: int, answer: dict, good_token: bool | None) -> None:
-    assert status < 500, answer
-    if good_token is False:
-        assert status == 401
-    if good_token is True:
-        assert status != 401
-    after = newest_id(conn)
-    if status == 200 and answer.get("status") == "stored":
-        assert after > before  # ids have gaps: a duplicate's INSERT still draws from the sequence
-        assert conn.execute("SELECT rid FROM deliveries WHERE id = %s", (after,)).fetchone()[0] == answer["rid"]
-    else:
-        assert after == before, (status, answer)  # refused, duplicate or probe: no row
-
-
 def test_hypothesis_fuzz_10k_requests(database_url, conn):
     app = make_app(database_url, WEBHOOK_MAX_PAGE_BYTES=100_000, WEBHOOK_ACCESS_LOG=False)
     seen = {"sent": 0, "stored": 0, "refused": 0}
@@ -159,40 +137,3 @@ def test_hypothesis_fuzz_10k_requests(database_url, conn):
     assert seen["sent"] >= 10_000
     # The generator reaches both sides: plenty stored, plenty refused.
     assert seen["stored"] > 500 and seen["refused"] > 2_000
-
-
-def test_schemathesis_fuzz_from_openapi(database_url, conn):
-    app = make_app(database_url, WEBHOOK_MAX_PAGE_BYTES=100_000, WEBHOOK_ACCESS_LOG=False)
-    schema = schemathesis.openapi.from_dict(app.openapi())
-    operation = schema["/webhook"]["POST"]
-    # The schema must describe what the crawler sends, or the generated requests mean nothing.
-    names = {p["name"].lower() for p in app.openapi()["paths"]["/webhook"]["post"]["parameters"]}
-    assert {"token", "rid", "url", "cb-status", "pc_status", "original-status", "x-webhook-token"} <= names
-    seen = {"sent": 0, "stored": 0, "by_status": {}}
-
-    with serve(app, health_path="/healthz") as base, requests.Session() as session:
-        # Positive cases fit the schema (they should mostly be stored), negative ones break it.
-        cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE))
-
-        @settings(max_examples=SCHEMATHESIS_CASES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=cases, use_token=st.sampled_from([True, True, False]))
-        def fuzz(case, use_token):
-            if use_token:  # most cases get past the token, so the headers and body are exercised
-                case.query = {**(case.query or {}), "token": TOKEN}
-            query_token = (case.query or {}).get("token")
-            good = query_token == TOKEN or (not query_token and (case.headers or {}).get("X-Webhook-Token") == TOKEN)
-            before = newest_id(conn)
-            resp = case.call(base_url=base, session=session)
-            seen["sent"] += 1
-            seen["by_status"][resp.status_code] = seen["by_status"].get(resp.status_code, 0) + 1
-            answer = resp.json()
-            check_answer(conn, before, resp.status_code, answer, True if good else None)
-            seen["stored"] += answer.get("status") == "stored"
-
-        fuzz()
-    print(f"schemathesis fuzz: {seen}")
-    assert conn.execute("SELECT count(*) FROM deliveries").fetchone()[0] == seen["stored"]
-    assert seen["sent"] >= 1000
-    assert len(seen["by_status"]) >= 3  # not one answer for everything: 200s, 400s, 401s at least
-    assert seen["stored"] >= 30  # headers are optional in the schema, so most cases lack rid or url
