@@ -235,6 +235,12 @@ class Settings(BaseSettings):
     delivery_retention_days: int = Field(default=14, alias="DELIVERY_RETENTION_DAYS", ge=0, le=36_500)
     push_retention_days: int = Field(default=30, alias="PUSH_RETENTION_DAYS", ge=0, le=36_500)
     vector_retention_days: int = Field(default=30, alias="VECTOR_RETENTION_DAYS", ge=0, le=36_500)
+    # Ledger rows older than this roll up into one row a day and space (the totals stay exact).
+    ledger_retention_days: int = Field(default=90, alias="LEDGER_RETENTION_DAYS", ge=0, le=36_500)
+    # A retired space's vector table is dropped this long after its retirement (`space keep` keeps one).
+    retired_space_retention_days: int = Field(default=14, alias="RETIRED_SPACE_RETENTION_DAYS", ge=0, le=36_500)
+    # Finished Dagster runs (with their event logs) older than this are deleted by the `prune` job.
+    dagster_run_retention_days: int = Field(default=30, alias="DAGSTER_RUN_RETENTION_DAYS", ge=0, le=36_500)
     # Rows examined per prune transaction (each commits on its own: short row locks and snapshots).
     prune_batch_size: int = Field(default=2000, alias="PRUNE_BATCH_SIZE", ge=1, le=100_000)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import click
 
@@ -19,9 +20,11 @@ def space() -> None:
 def space_list() -> None:
     """Every embedding space, with its status and vector count."""
     from rag_pipeline.store import chunks as chunk_store
-    from rag_pipeline.store import db, space_vectors, spaces
+    from rag_pipeline.store import db, growth, space_vectors, spaces
 
+    settings = get_settings()
     with db.connection(index_url()) as conn:
+        retired = growth.retired_tables(conn)
         for s in spaces.list_all(conn):
             cached = chunk_store.cached_count(conn, s)
             live = space_vectors.live_count(conn, s) if s.status != "retired" else None
@@ -29,7 +32,41 @@ def space_list() -> None:
             backlog = space_vectors.backlog_size(conn, s) if s.status == "building" else 0
             waiting = f", {backlog} waiting for a vector" if backlog else ""
             click.echo(f"{s.space_id}  {s.status:<8}  {s.model} ({s.dimensions} dims)  "
-                       f"{cached} vectors cached{searchable}{waiting}")
+                       f"{cached} vectors cached{searchable}{waiting}{_table_fate(retired.get(s.space_id), settings)}")
+
+
+def _table_fate(retired, settings) -> str:
+    if retired is None:
+        return ""
+    retired_at, kept, dropped_at = retired
+    if dropped_at is not None:
+        return f"; its table was dropped {dropped_at:%Y-%m-%d}"
+    if kept:
+        return "; its table is kept (`space keep --release` lets retention drop it)"
+    days = settings.retired_space_retention_days
+    if not days or retired_at is None:
+        return "; its table is kept (RETIRED_SPACE_RETENTION_DAYS=0)"
+    return (f"; its table is dropped by the prune after {retired_at + timedelta(days=days):%Y-%m-%d}"
+            " (`space keep` keeps it)")
+
+
+@space.command("keep")
+@click.argument("space_id", type=int)
+@click.option("--release", is_flag=True, help="Stop keeping it: retention drops it when due.")
+def space_keep(space_id: int, release: bool) -> None:
+    """Keep a retired space's vector table past RETIRED_SPACE_RETENTION_DAYS (or, --release, stop)."""
+    from rag_pipeline.store import db, growth
+
+    with db.connection(index_url()) as conn:
+        try:
+            status, dropped_at = growth.keep_table(conn, space_id, not release)
+        except growth.NoSuchSpace as exc:
+            raise CliError(str(exc)) from exc
+    if dropped_at is not None:
+        raise CliError(f"space {space_id}'s table was dropped {dropped_at:%Y-%m-%d %H:%M} UTC: nothing to keep "
+                       "(building that model again makes it anew from the cached vectors)")
+    note = "" if status == "retired" else f" (it is {status} now: only a retired space's table is ever dropped)"
+    click.echo(f"space {space_id}: table {'released to retention' if release else 'kept'}{note}")
 
 
 @space.command("build")

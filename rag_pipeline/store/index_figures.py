@@ -63,4 +63,5 @@ def first_delivery_at(conn: psycopg.Connection) -> datetime | None:
 
 def any_switched(conn: psycopg.Connection) -> bool:
     """Whether any page switch happened yet (the ledger records every one)."""
-    return conn.execute("SELECT EXISTS (SELECT 1 FROM embedding_ledger)").fetchone()[0]
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM embedding_ledger)"
+                        " OR EXISTS (SELECT 1 FROM embedding_ledger_daily)").fetchone()[0]

@@ -34,18 +34,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 from uuid import UUID
 
 import psycopg
 
-from rag_pipeline.store import db
+from rag_pipeline.store import db, growth
+from rag_pipeline.store.prune_policy import Policy, PruneBusy, PruneResult
 from rag_pipeline.store.pushes import UNDELIVERED_WINDOW_S
-
-if TYPE_CHECKING:
-    from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -54,75 +50,6 @@ PRUNE_LOCK_KEY = 0x5241_4703
 # A prune never queues behind a stuck transaction for long (nor makes others queue behind it).
 LOCK_TIMEOUT = "10s"
 SETTLED_OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded", "refused", "unsolicited")
-
-
-class PruneBusy(RuntimeError):
-    """Another prune holds the lock: two walks would only trip over each other."""
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Days each kind of row is kept once no longer needed; 0 keeps it forever."""
-
-    delivery_days: int = 14
-    push_days: int = 30
-    vector_days: int = 30
-    batch_size: int = 2000
-    # Crawl observations kept per page (the newest): the change-rate estimate reads CADENCE_HISTORY.
-    observations_kept: int = 64
-
-    def __post_init__(self) -> None:
-        for name in ("delivery_days", "push_days", "vector_days"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (0 keeps forever), not {getattr(self, name)}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, not {self.batch_size}")
-        if self.observations_kept < 1:
-            raise ValueError(f"observations_kept must be >= 1, not {self.observations_kept}")
-
-    def days(self) -> dict[str, int]:
-        return {"deliveries": self.delivery_days, "pushes": self.push_days, "vectors": self.vector_days}
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Policy:
-        return cls(settings.delivery_retention_days, settings.push_retention_days,
-                   settings.vector_retention_days, settings.prune_batch_size,
-                   observations_kept=2 * settings.cadence_history)   # room to raise CADENCE_HISTORY
-
-
-@dataclass
-class PruneResult:
-    dry_run: bool
-    deliveries: int = 0          # deleted (or, in a dry run, that would be)
-    pushes: int = 0
-    vectors: int = 0
-    vectors_unused: int = 0      # unused vectors still kept for reuse after this prune
-    ended_batches: int = 0       # batch records (`batches`), ended over delivery_days ago
-    observations: int = 0        # crawl observations beyond the newest `observations_kept` of a page
-    batches: dict[str, int] = field(default_factory=dict)   # transactions per table
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def lines(self, policy: Policy) -> list[str]:
-        """One line per table, for a person."""
-        verb = "would delete" if self.dry_run else "deleted"
-        out = []
-        for name, days, count, what in (
-            ("deliveries", policy.delivery_days, self.deliveries, "settled, received over {} d ago"),
-            ("pushes", policy.push_days, self.pushes, "finished, pushed over {} d ago"),
-            ("vectors", policy.vector_days, self.vectors, "unused for over {} d"),
-        ):
-            line = f"{name}: kept forever" if days == 0 else f"{name}: {verb} {count} ({what.format(days)})"
-            if name == "deliveries" and days:
-                line += f"; {self.ended_batches} ended batch record(s)"
-            if name == "vectors" and days:
-                line += f"; {self.vectors_unused} unused kept for reuse"
-            out.append(line)
-        out.append(f"crawl observations: {verb} {self.observations} (beyond the newest "
-                   f"{policy.observations_kept} of each page)")
-        return out
 
 
 # Every walk statement runs unprepared (prepare=False): psycopg prepares a statement run 5 times, and
@@ -369,6 +296,12 @@ def prune(conn: psycopg.Connection, policy: Policy, *, dry_run: bool = False,
                 on_progress=told("vectors"))
             log.info("vectors: %d %s in %d batch(es), %d unused kept for reuse", result.vectors,
                      _verb(dry_run), result.batches["vectors"], result.vectors_unused)
+        if policy.ledger_days:
+            result.ledger_rolled_up, result.batches["ledger"] = growth.roll_up_ledger(
+                conn, now - timedelta(days=policy.ledger_days), batch_size=policy.batch_size, dry_run=dry_run)
+        if policy.retired_space_days:
+            result.retired_tables = [t.space_id for t in growth.drop_retired_tables(
+                conn, now - timedelta(days=policy.retired_space_days), dry_run=dry_run)]
         result.observations, result.batches["observations"] = prune_observations(
             conn, policy.observations_kept, batch_size=policy.batch_size, dry_run=dry_run,
             on_progress=told("observations"))

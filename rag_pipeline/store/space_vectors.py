@@ -112,7 +112,7 @@ def flip(conn: psycopg.Connection, space: Space) -> bool:
         conn.execute("LOCK TABLE chunks IN SHARE ROW EXCLUSIVE MODE")
         if backlog_size(conn, space):
             return False
-        conn.execute("UPDATE embedding_spaces SET status = 'retired' WHERE status = 'active'")
+        conn.execute("UPDATE embedding_spaces SET status = 'retired', retired_at = now() WHERE status = 'active'")
         conn.execute(
             "UPDATE embedding_spaces SET status = 'active', activated_at = now() WHERE space_id = %s",
             (space.space_id,),

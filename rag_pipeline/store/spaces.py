@@ -134,7 +134,8 @@ def ensure_building(conn: psycopg.Connection, model: str, dimensions: int) -> Sp
         space = Space(*row)
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(space.table()))
         conn.execute("DELETE FROM space_backlog WHERE space_id = %s", (space.space_id,))
-        conn.execute("UPDATE embedding_spaces SET fill_cursor = NULL, filled_at = NULL WHERE space_id = %s",
+        conn.execute("UPDATE embedding_spaces SET fill_cursor = NULL, filled_at = NULL, retired_at = NULL,"
+                     " table_dropped_at = NULL WHERE space_id = %s",
                      (space.space_id,))
         create_table(conn, space)
     return space

@@ -9,10 +9,14 @@ LEDGER_FIELDS = ("chunks_switched", "chunks_embedded", "tokens_embedded", "token
 
 def ledger_totals(conn: psycopg.Connection, since_minutes: int | None = None) -> dict[str, int]:
     """Page switches' ledger summed, over all time or the last ``since_minutes``."""
+    # Over all time, the rows rolled up into daily totals (store/growth.py) count too.
     row = conn.execute(
         "SELECT coalesce(sum(chunks_total), 0), coalesce(sum(chunks_embedded), 0), coalesce(sum(tokens_embedded), 0),"
-        " coalesce(sum(tokens_reused), 0), coalesce(sum(requests), 0) FROM embedding_ledger"
-        " WHERE %(since)s::integer IS NULL OR recorded_at >= now() - make_interval(mins => %(since)s::integer)",
+        " coalesce(sum(tokens_reused), 0), coalesce(sum(requests), 0) FROM ("
+        "  SELECT chunks_total, chunks_embedded, tokens_embedded, tokens_reused, requests FROM embedding_ledger"
+        "  WHERE %(since)s::integer IS NULL OR recorded_at >= now() - make_interval(mins => %(since)s::integer)"
+        "  UNION ALL SELECT chunks_total, chunks_embedded, tokens_embedded, tokens_reused, requests"
+        "  FROM embedding_ledger_daily WHERE %(since)s::integer IS NULL) rows",
         {"since": since_minutes},
     ).fetchone()
     return dict(zip(LEDGER_FIELDS, (int(v) for v in row)))

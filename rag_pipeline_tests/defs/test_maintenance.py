@@ -24,7 +24,8 @@ def deliver(conn, text: str) -> int:
 
 def prune_metadata(result: dg.ExecuteInProcessResult) -> dict:
     assert result.success
-    (output,) = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    (output,) = [e for e in result.all_events
+                 if e.event_type == dg.DagsterEventType.STEP_OUTPUT and e.step_key == "prune_storage"]
     return {k: v.value for k, v in output.step_output_data.metadata.items()}
 
 

@@ -332,7 +332,7 @@ def test_batches_walk_every_table_and_a_dry_run_counts_the_same(conn):
     assert (done.deliveries, done.pushes, done.vectors, done.ended_batches) == (40, 21, 10, 3)
     assert sizes() == (15, 0, 0, 2)
     # Ranges of 4 rows: 50 old deliveries, then the range that reaches the recent ones ends the walk.
-    assert done.batches == {"deliveries": 13, "pushes": 6, "vectors": 3, "observations": 1}
+    assert done.batches == {"deliveries": 13, "pushes": 6, "vectors": 3, "observations": 1, "ledger": 0}
     assert retention.prune(conn, policy).deliveries == 0
 
 

@@ -1,7 +1,10 @@
-"""Housekeeping runs: retention of deliveries, pushes and unused vectors (rag_pipeline/store/retention.py).
+"""Housekeeping runs: retention of deliveries, pushes, unused vectors, the ledger and retired spaces'
+tables (rag_pipeline/store/retention.py, growth.py), and of Dagster's own finished runs.
 
 An op job, not an asset: pruning produces no data anyone reads, only makes old rows go. Its counts
 land in the run's metadata and log."""
+
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -32,13 +35,49 @@ def prune_storage(context: dg.OpExecutionContext, config: PruneConfig, postgres:
         "pushes_deleted": result.pushes,
         "vectors_deleted": result.vectors,
         "vectors_unused_kept": result.vectors_unused,
+        "ledger_rows_rolled_up": result.ledger_rolled_up,
+        "retired_space_tables_dropped": dg.MetadataValue.json(result.retired_tables),
         "transactions": sum(result.batches.values()),
         "seconds": result.seconds,
         "retention_days": dg.MetadataValue.json(policy.days()),
     })
 
 
-@dg.job(name="prune", description="Retention: delete what the index no longer needs (config: dry_run).",
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+
+
+def delete_finished_runs(instance: dg.DagsterInstance, before: datetime, *, dry_run: bool = False,
+                         page: int = 200) -> int:
+    """Finished runs last updated before ``before``, deleted with their event logs (Dagster keeps
+    every run forever otherwise: about one a minute here, each with an event per page it applied).
+    Asset materialization history goes with them; runs in progress are never touched."""
+    deleted, cursor = 0, None
+    while True:
+        records = instance.get_run_records(filters=dg.RunsFilter(statuses=FINISHED, updated_before=before),
+                                           limit=page, cursor=cursor if dry_run else None)
+        if not records:
+            return deleted
+        for record in records:
+            if not dry_run:
+                instance.delete_run(record.dagster_run.run_id)
+        deleted += len(records)
+        cursor = records[-1].dagster_run.run_id
+
+
+@dg.op(out=dg.Out(dg.Nothing), description="Delete finished Dagster runs, and their events, past DAGSTER_RUN_RETENTION_DAYS.")
+def prune_dagster_runs(context: dg.OpExecutionContext, config: PruneConfig, settings: SettingsResource) -> dg.Output:
+    days = settings.get().dagster_run_retention_days
+    if not days:
+        return dg.Output(None, metadata={"runs_deleted": 0, "retention_days": "kept forever"})
+    before = datetime.now(UTC) - timedelta(days=days)
+    deleted = delete_finished_runs(context.instance, before, dry_run=config.dry_run)
+    context.log.info(f"dagster runs: {'would delete' if config.dry_run else 'deleted'} {deleted} finished "
+                     f"before {before:%Y-%m-%d %H:%M} UTC")
+    return dg.Output(None, metadata={"dry_run": config.dry_run, "runs_deleted": deleted, "retention_days": days})
+
+
+@dg.job(name="prune", description="Retention: delete what the index and Dagster no longer need (config: dry_run).",
         tags={"rag/kind": "maintenance"})
 def prune_job():
     prune_storage()
+    prune_dagster_runs()

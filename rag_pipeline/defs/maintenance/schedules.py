@@ -13,5 +13,5 @@ prune_schedule = dg.ScheduleDefinition(
     cron_schedule="17 3 * * *",
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Daily retention: settled deliveries, finished pushes, long-unused vectors.",
+    description="Daily retention: settled deliveries, finished pushes, long-unused vectors, the ledger rolled up, retired spaces' tables, finished Dagster runs.",
 )
