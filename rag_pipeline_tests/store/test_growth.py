@@ -91,20 +91,31 @@ def test_a_retired_space_table_is_dropped_after_its_retention_unless_kept(conn, 
     assert growth.retired_tables(conn) == {}
 
 
-def test_finished_dagster_runs_go_with_their_events_and_nothing_newer():
+def test_finished_housekeeping_runs_go_with_their_events_and_index_runs_stay():
     @dg.op
     def noop() -> None:
         return None
 
-    @dg.job
-    def tiny():
+    @dg.job(name="push")
+    def push():
+        noop()
+
+    @dg.job(name="docs_discovery")
+    def discovery():
+        noop()
+
+    @dg.job(name="index_batch")
+    def index_batch():
         noop()
 
     with dg.instance_for_test() as instance:
-        runs = [tiny.execute_in_process(instance=instance).run_id for _ in range(3)]
+        housekeeping = [job.execute_in_process(instance=instance).run_id for job in (push, discovery, push)]
+        kept = index_batch.execute_in_process(instance=instance).run_id
         assert delete_finished_runs(instance, datetime.now(UTC) - timedelta(days=1)) == 0
-        assert delete_finished_runs(instance, datetime.now(UTC) + timedelta(seconds=5), dry_run=True, page=2) == 3
-        assert len(instance.get_run_records()) == 3
-        assert delete_finished_runs(instance, datetime.now(UTC) + timedelta(seconds=5), page=2) == 3
-        assert instance.get_run_records() == []
-        assert all(not instance.all_logs(run_id) for run_id in runs)
+        soon = datetime.now(UTC) + timedelta(seconds=5)
+        assert delete_finished_runs(instance, soon, dry_run=True, page=2) == 3
+        assert len(instance.get_run_records()) == 4
+        assert delete_finished_runs(instance, soon, page=2) == 3
+        assert [r.dagster_run.run_id for r in instance.get_run_records()] == [kept]
+        assert all(not instance.all_logs(run_id) for run_id in housekeeping)
+        assert instance.all_logs(kept)

@@ -44,27 +44,37 @@ def prune_storage(context: dg.OpExecutionContext, config: PruneConfig, postgres:
 
 
 FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+# Runs whose events are no page's history: pushes, cadence refreshes, checks, index builds, prunes
+# and each site's discovery readings (`<site>_discovery`). Index runs (`index_batch`, `index_page`,
+# `rechunk`) are kept: their materializations are what the UI shows for each page's partition, and a
+# page unchanged for months would look never indexed without them.
+HOUSEKEEPING_JOBS = frozenset({"push", "seed", "recrawl_now", "cadence_refresh", "prune", "index_checks",
+                               "space_index"})
+
+
+def is_housekeeping(job_name: str) -> bool:
+    return job_name in HOUSEKEEPING_JOBS or job_name.endswith("_discovery")
 
 
 def delete_finished_runs(instance: dg.DagsterInstance, before: datetime, *, dry_run: bool = False,
                          page: int = 200) -> int:
-    """Finished runs last updated before ``before``, deleted with their event logs (Dagster keeps
-    every run forever otherwise: about one a minute here, each with an event per page it applied).
-    Asset materialization history goes with them; runs in progress are never touched."""
-    deleted, cursor = 0, None
-    while True:
+    """Finished housekeeping runs last updated before ``before``, deleted with their event logs
+    (Dagster keeps every run forever otherwise: a push run a minute, a checks run every 15). Runs
+    in progress are never touched."""
+    due, cursor = [], None
+    while True:   # listed first, deleted after: a page's cursor must not be a run deleted meanwhile
         records = instance.get_run_records(filters=dg.RunsFilter(statuses=FINISHED, updated_before=before),
-                                           limit=page, cursor=cursor if dry_run else None)
+                                           limit=page, cursor=cursor)
         if not records:
-            return deleted
-        for record in records:
-            if not dry_run:
-                instance.delete_run(record.dagster_run.run_id)
-        deleted += len(records)
+            break
+        due += [r.dagster_run.run_id for r in records if is_housekeeping(r.dagster_run.job_name)]
         cursor = records[-1].dagster_run.run_id
+    for run_id in [] if dry_run else due:
+        instance.delete_run(run_id)
+    return len(due)
 
 
-@dg.op(out=dg.Out(dg.Nothing), description="Delete finished Dagster runs, and their events, past DAGSTER_RUN_RETENTION_DAYS.")
+@dg.op(out=dg.Out(dg.Nothing), description="Delete finished housekeeping runs (pushes, checks, discovery…), and their events, past DAGSTER_RUN_RETENTION_DAYS.")
 def prune_dagster_runs(context: dg.OpExecutionContext, config: PruneConfig, settings: SettingsResource) -> dg.Output:
     days = settings.get().dagster_run_retention_days
     if not days:
