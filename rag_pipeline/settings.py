@@ -1,4 +1,4 @@
-"""Every knob of the pipeline, read from the environment (and `.env`), documented in the README."""
+"""Every knob of the pipeline, read from the environment (and `.env`), documented in docs/configuration.md."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     webhook_accept_unsolicited: bool = Field(default=False, alias="WEBHOOK_ACCEPT_UNSOLICITED")
     webhook_max_body_bytes: int = Field(default=20 * 1024 * 1024, alias="WEBHOOK_MAX_BODY_BYTES")
     webhook_max_page_bytes: int = Field(default=50 * 1024 * 1024, alias="WEBHOOK_MAX_PAGE_BYTES")
-    # Connections per receiver process, and processes: sized for 2 cores (see README, bench/webhook_load.py).
+    # Connections per receiver process, and processes: sized for 2 cores (bench/README.md, bench/webhook_load.py).
     webhook_pool_size: int = Field(default=4, alias="WEBHOOK_POOL_SIZE", ge=1, le=64)
     webhook_workers: int = Field(default=2, alias="WEBHOOK_WORKERS", ge=1, le=32)
     # One JSON line per request; refusals are logged whatever this says.
@@ -115,7 +115,6 @@ class Settings(BaseSettings):
     # A tick's pages go into at least this many runs (of 100 pages or more each), which run at
     # once and share the cores: the `embedding_api` pool limit of deploy/dagster.yaml.
     batch_spread: int = Field(default=2, alias="BATCH_SPREAD", ge=1, le=64)
-    # A batch's hold on its pages: a run that never starts, or dies, frees them this long after.
     # PostgreSQL's maintenance_work_mem while `space build` makes a space's HNSW index: an index
     # that fits builds several times faster (a 1M-vector 384-dim graph needs ~2 GB).
     space_build_memory: str = Field(default="256MB", alias="SPACE_BUILD_MEMORY", pattern=r"^[0-9]+\s*(kB|MB|GB)$")
@@ -134,6 +133,7 @@ class Settings(BaseSettings):
     # before its op first beat is stuck in its start (loading code, connecting).
     batch_start_grace_s: float = Field(default=120.0, alias="BATCH_START_GRACE_S", gt=0)
     batch_startup_s: float = Field(default=120.0, alias="BATCH_STARTUP_S", gt=0)
+    # A batch's hold on its pages: a run that never starts, or dies, frees them this long after.
     batch_lease_s: float = Field(default=1800.0, alias="BATCH_LEASE_S", gt=0)
     # A failed page run is tried again after backoff, backoff x4, ... (at most the cap) until this
     # many runs failed: by default 1, 4, 5, 5, 5 minutes, which outlasts a 15-minute API outage and
@@ -143,10 +143,10 @@ class Settings(BaseSettings):
     run_retry_backoff_max_s: float = Field(default=300.0, alias="RUN_RETRY_BACKOFF_MAX_S", ge=0)
 
     # Search: candidates the HNSW scan looks at (at least 2k); more is better recall and slower
-    # (measured by bench/search_quality.py; see the README).
+    # (measured by bench/search_quality.py; see bench/README.md).
     search_ef_search: int = Field(default=200, alias="SEARCH_EF_SEARCH", ge=10, le=1000)
     # vector (HNSW), lexical (full-text, GIN) or hybrid (both, fused by reciprocal rank):
-    # the default chosen by bench/search_modes.py (see the README).
+    # the default chosen by bench/search_modes.py (see bench/README.md).
     search_mode: Literal["vector", "lexical", "hybrid"] = Field(default="hybrid", alias="SEARCH_MODE")
     # The PostgreSQL text search configuration of the lexical index; `db migrate` rebuilds it.
     search_text_config: str = Field(default="english", alias="SEARCH_TEXT_CONFIG", pattern=r"^[a-z_][a-z0-9_]*$")
@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     cadence_history: int = Field(default=32, alias="CADENCE_HISTORY", ge=1, le=1000)
     crawler_waiting_max: int = Field(default=10_000, alias="CRAWLER_WAITING_MAX", ge=0)
 
-    # The `index` asset: delivery_sensor records the index as a whole this often (Dagster plots it).
+    # The `index` asset: index_snapshot_sensor records the index as a whole this often (Dagster plots it).
     index_snapshot_every_s: float = Field(default=300.0, alias="INDEX_SNAPSHOT_EVERY_S", ge=0)
     # What embedding costs, in dollars per million tokens, for the `index` asset's cost and saving
     # figures. Unset: 0.02 (text-embedding-3-small) for the openai provider, 0 for the others.

@@ -102,8 +102,9 @@ def db_migrate() -> None:
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def prune(dry_run: bool, as_json: bool) -> None:
-    """Delete settled deliveries, finished pushes and long-unused vectors past their retention
-    (DELIVERY_RETENTION_DAYS, PUSH_RETENTION_DAYS, VECTOR_RETENTION_DAYS; 0 keeps forever)."""
+    """Delete settled deliveries, finished pushes and long-unused vectors past their retention, roll
+    up old ledger rows and drop retired spaces' tables (DELIVERY_, PUSH_, VECTOR_, LEDGER_,
+    RETIRED_SPACE_RETENTION_DAYS; 0 keeps forever). Dagster's runs are pruned by the `prune` job."""
     import psycopg
     from pydantic import ValidationError
 

@@ -1,8 +1,8 @@
 """Every resource of the code location: the settings, the database, the embedder, the crawler.
 
 Each resource owns its configuration: its fields (secrets and endpoints as `dg.EnvVar`, so the
-UI shows where a value comes from, never the value) over the environment's settings (README,
-"Configuration"), read when a run or a sensor evaluation starts. A changed variable takes effect
+UI shows where a value comes from, never the value) over the environment's settings
+(docs/configuration.md), read when a run or a sensor evaluation starts. A changed variable takes effect
 at the next run or tick without restarting the code location, and a bad value fails that run or
 tick with its one-line message instead of the code location. Each resource also owns its clients:
 made on first use within the run or evaluation and closed at its end. The CLI builds the same
@@ -28,7 +28,7 @@ from rag_pipeline.store.spaces import Space
 class _Configured(dg.ConfigurableResource):
     """A resource whose set fields win over the environment's settings of the same variables."""
 
-    # field name → the environment variable it stands for (README, "Configuration")
+    # field name → the environment variable it stands for (docs/configuration.md)
     VARIABLES: ClassVar[dict[str, str]] = {}
 
     _settings: Optional[Settings] = PrivateAttr(default=None)
@@ -53,7 +53,7 @@ class _Configured(dg.ConfigurableResource):
 
 
 class SettingsResource(_Configured):
-    """The pipeline's knobs (batch sizes, retries, checks, retention, cadence: the README's table).
+    """The pipeline's knobs (batch sizes, retries, checks, retention, cadence: docs/configuration.md).
 
     ``overrides`` (variable name → value) win over the environment; a deployment sets them here
     when it wants a value fixed in code rather than in the environment.
@@ -112,7 +112,7 @@ class _OwnsClients(_Configured):
 
 
 class EmbedderResource(_OwnsClients):
-    """The embedding model. Unset fields fall back to the environment (see README).
+    """The embedding model. Unset fields fall back to the environment (see docs/configuration.md).
 
     The configured model makes the first space of an empty index (and is what `space build` /
     `space activate` switch to); once a space is active, pages are embedded with its model
@@ -159,7 +159,7 @@ class EmbedderResource(_OwnsClients):
 
 class CrawlerResource(_OwnsClients):
     """CRAWLER=crawlbase|local behind one interface (push a URL, read health). Unset fields fall
-    back to the environment (CRAWLER, CRAWLBASE_API_URL, … see README)."""
+    back to the environment (CRAWLER, CRAWLBASE_API_URL, … see docs/configuration.md)."""
 
     VARIABLES: ClassVar[dict[str, str]] = {
         "kind": "CRAWLER", "api_url": "CRAWLBASE_API_URL", "callback_url": "CRAWLER_CALLBACK_URL",

@@ -156,5 +156,5 @@ def configured_differs(settings: Settings, active: Space | None) -> str | None:
         f"the configured embedder is {model} ({size}, provider {provider}) but the active embedding "
         f"space is {active.model} ({active.dimensions} dims): pages are embedded in the active space. "
         "To switch the index to the configured model, run `rag-pipeline space build`, then "
-        "`rag-pipeline space activate` (README, 'Switching models')."
+        "`rag-pipeline space activate` (docs/operations.md, 'Switching models')."
     )

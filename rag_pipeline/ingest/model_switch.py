@@ -67,7 +67,7 @@ def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE
     Resumes where a stopped build got to."""
     if chunk_store.count_without_text(conn):
         raise ModelSwitchError(
-            "some chunks predate stored embed texts: run a re-chunk backfill first (README, 'Re-chunk backfill')"
+            "some chunks predate stored embed texts: run a re-chunk backfill first (docs/operations.md, 'Re-chunk backfill')"
         )
     space = spaces.ensure_building(conn, embedder.model, embedder.dimensions)
     result = BuildResult(space)

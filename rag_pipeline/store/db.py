@@ -188,10 +188,6 @@ def redact(url: str) -> str:
     return make_conninfo(**params)
 
 
-#: The first line of a migration that must run outside a transaction (CREATE INDEX CONCURRENTLY,
-#: ALTER TYPE … ADD VALUE): its statements run one by one, each committed on its own, so the file
-#: must be safe to run again if it stops halfway (IF NOT EXISTS, and an invalid index dropped first).
-
 def _configure(conn: psycopg.Connection) -> None:
     """Every pooled connection is in autocommit: a statement alone is its own transaction, and a
     unit of work is the `with conn.transaction():` block around it, wherever it is called from."""

@@ -200,7 +200,7 @@ def _crash_message(report: Report, reason: str | None, recovered: bool) -> str:
     state = ("the server restarted in crash recovery; committed data is intact"
              if recovered else f"the server did not accept connections within {RECOVERY_TIMEOUT_S:.0f} s")
     return (f"the PostgreSQL backend {how} on `{op}`: {cause}; {state}. Way out: set DATABASE_URL to a "
-            f"PostgreSQL >= 15 with pgvector of your own (README, Configuration), then run `rag-pipeline db doctor` again")
+            f"PostgreSQL >= 15 with pgvector of your own (docs/configuration.md, 'Database and local state'), then run `rag-pipeline db doctor` again")
 
 
 def _wait_for_recovery(admin_url: str) -> bool:

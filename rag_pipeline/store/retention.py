@@ -46,7 +46,7 @@ from rag_pipeline.store.pushes import UNDELIVERED_WINDOW_S
 log = logging.getLogger(__name__)
 
 # Any constant works; it only has to differ from other advisory locks of this database.
-PRUNE_LOCK_KEY = 0x5241_4703
+PRUNE_LOCK_KEY = 0x5241_4704
 # A prune never queues behind a stuck transaction for long (nor makes others queue behind it).
 LOCK_TIMEOUT = "10s"
 SETTLED_OUTCOMES = ("embedded", "unchanged", "deleted", "skipped", "superseded", "refused", "unsolicited")

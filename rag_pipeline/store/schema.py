@@ -30,7 +30,9 @@ SQL_DIR = Path(os.environ["RAG_SQL_DIR"]) if os.environ.get("RAG_SQL_DIR") else 
 # Any constant works; it only has to differ from other advisory locks of this database.
 MIGRATION_LOCK_KEY = 0x5241_4701
 
-
+#: The first line of a migration that must run outside a transaction (CREATE INDEX CONCURRENTLY,
+#: ALTER TYPE … ADD VALUE): its statements run one by one, each committed on its own, so the file
+#: must be safe to run again if it stops halfway (IF NOT EXISTS, and an invalid index dropped first).
 NO_TRANSACTION = "-- migrate: no-transaction"
 
 

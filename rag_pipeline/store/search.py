@@ -30,7 +30,8 @@ class Citation:
     distance: float             # cosine distance to the question (nan: found by text alone)
     last_verified_at: datetime | None
     last_changed_at: datetime | None
-    #: The mode's own score, higher is better: cosine similarity (vector), ts_rank_cd (lexical),
+    #: The mode's own score, higher is better: cosine similarity (vector), the held words' weights plus
+    #: ts_rank_cd (lexical),
     #: the reciprocal rank fusion score (hybrid).
     score: float | None = None
 

@@ -78,7 +78,7 @@ def ensure_active(conn: psycopg.Connection, model: str, dimensions: int) -> Spac
         raise SpaceMismatch(
             f"the active embedding space is {current.model} ({current.dimensions} dims) but the "
             f"configured embedder is {model} ({dimensions} dims); set EMBEDDING_PROVIDER/"
-            "EMBEDDING_MODEL back, or rebuild the index for the new model (see README, 'Switching models')"
+            "EMBEDDING_MODEL back, or rebuild the index for the new model (see docs/operations.md, 'Switching models')"
         )
     return current
 
