@@ -23,11 +23,19 @@ users_query_token="${QUERY_API_TOKEN:-}"
 source scripts/setup.sh
 
 pids=()
+dagster_pid=
 cleanup() {
   # A second signal (make forwards the one it got; Ctrl-C pressed twice) must not cut the cleanup
   # short and orphan what it has not stopped yet.
   trap '' INT TERM
   trap - EXIT
+  # Dagster first, and only `dagster dev` itself: it stops its daemon and webserver, then its code
+  # server. A signal to its whole group would stop the code server under a sensor tick in flight,
+  # and the daemon would log a clean stop as user code unreachable.
+  if [ -n "$dagster_pid" ]; then
+    kill -TERM "$dagster_pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$dagster_pid" 2>/dev/null || break; sleep 0.5; done
+  fi
   for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
   # Whatever still runs after 15 s (a stuck run worker) is killed.
   for _ in $(seq 1 30); do
@@ -61,6 +69,7 @@ pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT" &
 pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
+dagster_pid=$!
 pids+=($!)
 
 wait_for() {  # url, seconds
