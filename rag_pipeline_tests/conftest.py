@@ -57,11 +57,28 @@ def _require_working_vectors(url: str, log_file: Path) -> None:
         pytest.exit(f"the embedded server cannot run the tests on this machine: {report.failure}", returncode=3)
 
 
-@contextmanager
-def _fresh_database(pg_server_url: str):
-    name = f"t_{uuid.uuid4().hex[:12]}"
+@pytest.fixture(scope="session")
+def migrated_template(pg_server_url):
+    """A database migrated once per test process: each test's fresh database is a copy of it
+    (CREATE DATABASE … TEMPLATE: a file copy, about 0.1 s, instead of every migration again)."""
+    name = f"rag_template_{uuid.uuid4().hex[:8]}"
     url = db.with_database(pg_server_url, name)
     schema.prepare(url)
+    pool = db._pools.pop(url, None)
+    if pool is not None:
+        pool.close()
+    yield name
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def _fresh_database(pg_server_url: str, template: str):
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = db.with_database(pg_server_url, name)
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+    schema.require_current(url)   # the copy is the schema this code expects
     yield url
     pool = db._pools.pop(url, None)
     if pool is not None:
@@ -71,16 +88,16 @@ def _fresh_database(pg_server_url: str):
 
 
 @pytest.fixture
-def database_url(pg_server_url):
+def database_url(pg_server_url, migrated_template):
     """A fresh, migrated database for one test, dropped afterwards."""
-    with _fresh_database(pg_server_url) as url:
+    with _fresh_database(pg_server_url, migrated_template) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def module_database_url(pg_server_url):
+def module_database_url(pg_server_url, migrated_template):
     """A fresh, migrated database shared by the tests of one module (costly data written once)."""
-    with _fresh_database(pg_server_url) as url:
+    with _fresh_database(pg_server_url, migrated_template) as url:
         yield url
 
 
