@@ -19,6 +19,7 @@ from rag_pipeline.store import db
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.harness import TOKEN, configure
 from rag_pipeline_tests.servers import serve
+from rag_pipeline_tests.waiting import backoff
 from webhook_sensor.app import create_app
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -31,13 +32,14 @@ class Daemon:
 
     def wait(self, condition, timeout_s: float, what: str):
         deadline = time.monotonic() + timeout_s
+        pauses = backoff(0.05)
         while time.monotonic() < deadline:
             value = condition()
             if value:
                 return value
             if self.proc.poll() is not None:
                 pytest.fail(f"the daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}")
-            time.sleep(0.05)
+            time.sleep(next(pauses))
         pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.tail()}")
 
     def batch_runs(self) -> list[dg.DagsterRun]:
