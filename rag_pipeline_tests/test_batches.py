@@ -39,8 +39,11 @@ def materializations(instance, asset: str, partition: str):
 
 def test_one_run_applies_a_tick_of_changed_pages_each_on_its_partition(stack, conn):
     base, fake, pipeline = stack
+    # Page 29 is crawled over plain http: the same page (its key is the normalized https:// one),
+    # and its `pages` event names the address that was fetched.
+    crawled = {n: url(n).replace("https://", "http://") if n == 29 else url(n) for n in range(30)}
     for n in range(30):
-        deliver(base, url(n), page(n))
+        deliver(base, crawled[n], page(n))
     tick = pipeline.tick()
 
     assert len(tick.runs) == 1 and tick.runs[0].job_name == "index_batch"
@@ -56,6 +59,7 @@ def test_one_run_applies_a_tick_of_changed_pages_each_on_its_partition(stack, co
         assert {p.run_id, c.run_id, e.run_id} == {run_id}
         meta = {a: r.asset_materialization.metadata for a, r in (("pages", p), ("chunks", c), ("embeddings", e))}
         assert meta["pages"]["status"].value == "updated" and meta["pages"]["source_hash"].value == source_hash
+        assert meta["pages"]["crawled_url"].value == crawled[n]
         assert meta["chunks"]["chunks"].value == chunks
         assert meta["embeddings"]["status"].value == "switched"
         assert meta["embeddings"]["chunks_total"].value == chunks == meta["embeddings"]["chunks_embedded"].value

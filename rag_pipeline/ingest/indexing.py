@@ -37,6 +37,9 @@ class SourceResult:
     delivery_id: int | None
     chars: int
     superseded: int
+    # The address the crawler fetched (http:// stays http://): the partition key is the page's
+    # normalized identity, which is https:// whatever the scheme, so http and https are one page.
+    crawled_url: str | None = None
 
 
 def take_newest_delivery(conn: psycopg.Connection, page_url: str, max_page_bytes: int) -> SourceResult:
@@ -79,7 +82,7 @@ def take_newest_deliveries(conn: psycopg.Connection, page_urls: Sequence[str],
                 text, digest = texts[url]
                 updates.append((page.page_id, text, digest, delivery.id, delivery.original_status))
                 applied.append((url, delivery.id))
-                results[url] = SourceResult("updated", digest, delivery.id, len(text), 0)
+                results[url] = SourceResult("updated", digest, delivery.id, len(text), 0, delivery.url)
             elif page.source_hash is None:
                 results[url] = SourceResult("tombstoned" if page.deleted_at else "empty", None,
                                             page.applied_delivery_id, 0, 0)
@@ -90,7 +93,7 @@ def take_newest_deliveries(conn: psycopg.Connection, page_urls: Sequence[str],
         superseded = deliveries.supersede_older_many(conn, applied)
     for url, n in superseded.items():
         result = results[url]
-        results[url] = SourceResult(result.status, result.source_hash, result.delivery_id, result.chars, n)
+        results[url] = replace(result, superseded=n)
     return results
 
 

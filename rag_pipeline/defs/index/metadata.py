@@ -21,6 +21,7 @@ def source_metadata(result: indexing.SourceResult) -> dict:
         "delivery_id": result.delivery_id or 0,
         "chars": result.chars,
         "deliveries_superseded": result.superseded,
+        **({"crawled_url": dg.MetadataValue.url(result.crawled_url)} if result.crawled_url else {}),
     }
 
 
