@@ -35,6 +35,9 @@ def dagster_url(database_url):
     return db.as_url(db.with_database(database_url, f"dagster_{uuid.uuid4().hex[:8]}"))
 
 
+# The longest end-to-end test (discovery, pushes, crawls, batches, then the site changing, in that
+# order): about 2 minutes alone, over 5 on two cores that are busy with other test files.
+@pytest.mark.timeout(600)
 def test_a_site_is_discovered_indexed_and_kept_true_to_its_sitemap(database_url, dagster_url, conn, tmp_path,
                                                                   monkeypatch):
     with LoopbackSite() as site, daemon_stack(database_url, dagster_url, tmp_path, monkeypatch) as (base, _, start):
