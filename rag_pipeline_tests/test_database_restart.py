@@ -10,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
@@ -18,7 +20,7 @@ import httpx
 import psycopg
 import pytest
 
-from rag_pipeline.store import embedded
+from rag_pipeline.store import db, embedded
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.daemons import BIN, daemon_stack, kill_group
 from rag_pipeline_tests.harness import TOKEN
@@ -45,6 +47,25 @@ def own_server(monkeypatch):
     finally:
         embedded.stop(Settings(RAG_HOME=str(home)))
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_threads_attaching_at_once_each_get_a_working_server(own_server):
+    """What the daemon's sensor threads do when it starts: attach to the running embedded server all
+    at once. Each gets the server's URL (one thread once saw another's half-made server object and
+    failed the tick with an AssertionError)."""
+    home, url, _ = own_server
+    settings = Settings(RAG_HOME=str(home))
+    ready = threading.Barrier(8)
+
+    def attach(_: int) -> str:
+        ready.wait()
+        return db.server_url(settings)
+
+    with ThreadPoolExecutor(8) as pool:
+        urls = list(pool.map(attach, range(8)))
+    assert len(set(urls)) == 1
+    with psycopg.connect(urls[0], connect_timeout=10) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def _post(client: httpx.Client, base: str, n: int) -> int | None:

