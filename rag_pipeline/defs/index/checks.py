@@ -107,7 +107,8 @@ def index_runs_succeed(context: dg.AssetCheckExecutionContext, postgres: Postgre
 
 
 @dg.asset_check(asset=EMBEDDINGS, name=QUEUE_DRAINS,
-                description="Deliveries waiting longer than CHECK_WINDOW_MINUTES means some were applied meanwhile.")
+                description=("The delivery queue drains: fails when deliveries have waited over CHECK_WINDOW_MINUTES "
+                             "and none was applied in that window (the daemon, its sensor or the runs are stuck)."))
 def delivery_queue_drains(postgres: PostgresResource, settings: SettingsResource) -> dg.AssetCheckResult:
     window = settings.get().check_window_minutes
     with postgres.connect() as conn:
