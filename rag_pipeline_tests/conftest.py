@@ -20,9 +20,11 @@ from rag_pipeline.store import db, embedded, schema
 # The longest test files (`make test PYTEST_ADDOPTS=--durations=40`), longest first, are started
 # first: `make test` hands each file whole to one of its workers, and a long file started last would
 # leave one worker running it alone while the other is idle.
+# Daemon files and CPU-bound fuzz files alternate: three daemon stacks started at once slow each
+# other's runs past their waits.
 LONG_FILES = (
-    "test_daemon_kills.py", "test_daemon_batches.py", "test_sites_daemon.py", "test_fuzz_openapi.py",
-    "test_fuzz.py", "test_database_restart.py", "test_checks.py", "test_adaptive_cadence_e2e.py",
+    "test_daemon_kills.py", "test_fuzz_openapi.py", "test_sites_daemon.py", "test_fuzz.py",
+    "test_daemon_batches.py", "test_database_restart.py", "test_checks.py", "test_adaptive_cadence_e2e.py",
     "test_search_filters.py", "test_chunking.py", "test_bulk_index.py", "test_batches.py",
 )
 
