@@ -19,7 +19,7 @@ from rag_pipeline.store import db
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.harness import TOKEN, configure
 from rag_pipeline_tests.servers import serve
-from rag_pipeline_tests.waiting import backoff
+from rag_pipeline_tests.waiting import wait_until
 from webhook_sensor.app import create_app
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -31,16 +31,17 @@ class Daemon:
         self.proc, self.instance, self.log = proc, instance, log
 
     def wait(self, condition, timeout_s: float, what: str):
-        deadline = time.monotonic() + timeout_s
-        pauses = backoff(0.05)
-        while time.monotonic() < deadline:
+        """`wait_until`, failing at once (with the daemon's log) if the daemon exits meanwhile."""
+        def ready():
             value = condition()
-            if value:
-                return value
-            if self.proc.poll() is not None:
+            if not value and self.proc.poll() is not None:
                 pytest.fail(f"the daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}")
-            time.sleep(next(pauses))
-        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.tail()}")
+            return value
+
+        try:
+            return wait_until(ready, timeout_s, what, poll_s=0.05)
+        except AssertionError as exc:
+            pytest.fail(f"{exc}:\n{self.tail()}")
 
     def batch_runs(self) -> list[dg.DagsterRun]:
         return sorted(self.instance.get_runs(filters=dg.RunsFilter(job_name="index_batch")),

@@ -15,24 +15,16 @@ T = TypeVar("T")
 MAX_POLL_S = 0.2
 
 
-def backoff(first_s: float):
-    """Pauses from ``first_s``, each half again as long, up to MAX_POLL_S."""
-    pause = first_s
-    while True:
-        yield pause
-        pause = min(MAX_POLL_S, pause * 1.5)
-
-
 def wait_until(condition: Callable[[], T], timeout_s: float, what: str, *, poll_s: float = 0.02) -> T:
     """The first truthy value of ``condition()``; AssertionError naming ``what`` at the deadline.
     Looks often at first, then every MAX_POLL_S."""
     deadline = time.monotonic() + timeout_s
     pause = threading.Event()
-    pauses = backoff(poll_s)
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        pause.wait(next(pauses))
+        pause.wait(poll_s)
+        poll_s = min(MAX_POLL_S, poll_s * 1.5)
