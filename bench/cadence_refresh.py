@@ -18,6 +18,7 @@ import psycopg
 from bench.database import bench_database
 from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence_rules import load_rules
+from rag_pipeline.crawl.site_cadences import SiteRules
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import crawl_observations
 
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=32)
     args = parser.parse_args()
     settings = Settings(CADENCE_HISTORY=str(args.history), RECRAWL_INTERVAL_S="60")
-    rules = load_rules()
+    rules = SiteRules(load_rules())
     with bench_database("bench_cadence") as url:
         started = time.perf_counter()
         fill(url, args.pages, args.history)

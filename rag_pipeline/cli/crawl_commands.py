@@ -75,18 +75,23 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
 
     One URL per line, `#` starts a comment, `every=6h` sets that page's cadence
     (else cadence.yaml's default for its pattern)."""
-    from rag_pipeline.crawl.cadence_rules import CadenceError, load_rules, parse_seeds
+    from rag_pipeline.core.site_spec import SiteError
+    from rag_pipeline.crawl.cadence_rules import CadenceError, parse_seeds
     from rag_pipeline.crawl.factory import make_crawler
     from rag_pipeline.crawl.pushing import push_by_site, register_seeds
+    from rag_pipeline.crawl.site_cadences import load_site_rules
     from rag_pipeline.store import db
 
     settings = get_settings()
     try:
         seeds = parse_seeds(file.read_text(encoding="utf-8"), timedelta(seconds=settings.recrawl_interval_s))
-        rules = load_rules(settings.cadence_file)
     except CadenceError as exc:
         raise CliError(f"{file}: {exc}") from exc
     with db.connection(index_url()) as conn:
+        try:
+            rules = load_site_rules(conn, settings.cadence_file)
+        except (CadenceError, SiteError) as exc:
+            raise CliError(str(exc)) from exc
         targets, skipped = register_seeds(conn, seeds, rules)
         for line in skipped:
             click.echo(f"alias, not pushed: {line}")
@@ -145,25 +150,32 @@ def cadence_set(url: str, every: str, register: bool) -> None:
     never adapted. EVERY `auto` gives the page back to its rule and the adaptive cadence."""
     from datetime import timedelta
 
+    from rag_pipeline.core.site_spec import SiteError
     from rag_pipeline.core.urls import InvalidURL, normalize_url
-    from rag_pipeline.crawl.cadence_rules import (CadenceError, check_honourable, format_interval, load_rules,
-                                            parse_interval)
-    from rag_pipeline.store import db, schedule
+    from rag_pipeline.crawl.cadence_rules import CadenceError, check_honourable, format_interval, parse_interval
+    from rag_pipeline.crawl.site_cadences import load_site_rules
+    from rag_pipeline.store import db, schedule, sites
 
     auto = every.strip().lower() == "auto"
     try:
         page_url = normalize_url(url)
-        interval = load_rules(get_settings().cadence_file).every_for(page_url) if auto else parse_interval(every)
+        interval = None if auto else parse_interval(every)
     except (CadenceError, InvalidURL) as exc:
         raise click.BadParameter(str(exc)) from exc
-    try:
-        check_honourable(interval, timedelta(seconds=get_settings().recrawl_interval_s))
-    except CadenceError as exc:
-        raise CliError(f"{exc} (or lower RECRAWL_INTERVAL_S)") from exc
     with db.connection(index_url()) as conn:
+        site, shard = sites.place(conn, page_url)
+        if auto:   # its site's rule, where its site has rules
+            try:
+                interval = load_site_rules(conn, get_settings().cadence_file).every_for(page_url, site)
+            except (CadenceError, SiteError) as exc:
+                raise CliError(str(exc)) from exc
+        try:
+            check_honourable(interval, timedelta(seconds=get_settings().recrawl_interval_s))
+        except CadenceError as exc:
+            raise CliError(f"{exc} (or lower RECRAWL_INTERVAL_S)") from exc
         with conn.transaction():
             row = schedule.set_cadence(conn, url, page_url, interval, register=register,
-                                       source="default" if auto else "manual")
+                                       source="default" if auto else "manual", site=site, shard=shard)
     if row is None:
         raise CliError(f"{page_url} is not registered: check the URL, or add it with --register")
     if row.alias_of:
@@ -179,8 +191,10 @@ def cadence_set(url: str, every: str, register: bool) -> None:
 def cadence_show(url: str) -> None:
     """The cadence of URL and why: its estimated change rate, the observations it rests on, its
     rule and bounds; its last and next crawl, redirect, tombstone."""
+    from rag_pipeline.core.site_spec import SiteError
     from rag_pipeline.core.urls import InvalidURL, normalize_url
-    from rag_pipeline.crawl.cadence_rules import describe_time, format_interval, load_rules
+    from rag_pipeline.crawl.cadence_rules import CadenceError, describe_time, format_interval
+    from rag_pipeline.crawl.site_cadences import load_site_rules
     from rag_pipeline.store import crawl_observations as cadence_store
     from rag_pipeline.store import db, schedule
 
@@ -193,7 +207,11 @@ def cadence_show(url: str) -> None:
         if row is None:
             raise CliError(f"{page_url} is not registered (rag-pipeline seed FILE)")
         total, changed, newest = cadence_store.observations_of(conn, page_url, 5)
-    rules = load_rules(get_settings().cadence_file)
+        try:
+            by_site = load_site_rules(conn, get_settings().cadence_file)
+        except (CadenceError, SiteError) as exc:
+            raise CliError(str(exc)) from exc
+    rules = by_site.of(row.site)
     rule = rules.rule_for(page_url)
     adapts = row.source == "default" and rules.adaptive and rule.adapt
     label = (f"{row.source}, {'adaptive' if adapts else 'fixed'}" if row.source in ("default", "seed", "manual")
@@ -205,7 +223,8 @@ def cadence_show(url: str) -> None:
         click.echo(f"  redirects to {row.alias_of}: not recrawled")
     if row.deleted_at:
         click.echo(f"  tombstoned since {describe_time(row.deleted_at, row.now)}: re-checked slowly")
-    click.echo(f"  rule {rule.label}: every {format_interval(rule.every)}, "
+    whose = f"site {row.site}'s rule" if row.site in by_site.sites else "rule"
+    click.echo(f"  {whose} {rule.label}: every {format_interval(rule.every)}, "
                f"{format_interval(rule.floor)}–{format_interval(rule.ceiling)}")
     rate = ("not estimated yet" if row.change_rate is None else
             f"{row.change_rate * 86400:.3g} changes/day estimated {describe_time(row.derived_at, row.now)}")

@@ -12,7 +12,8 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from rag_pipeline.core.site_spec import PARTITION_CEILING, SiteError, SiteSpec
-from rag_pipeline.crawl.cadence_rules import CadenceError, CadenceRules, format_interval, parse_interval, rules_from
+from rag_pipeline.crawl.cadence_rules import CadenceError, CadenceRules, format_interval, parse_interval
+from rag_pipeline.crawl.site_cadences import site_cadence
 
 class SiteScaffoldParams(dg.Model):
     sitemap: Optional[str] = None
@@ -106,15 +107,13 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
             boilerplate=tuple(self.boilerplate), crawler=self.crawler,
             shards=self.shards if self.shards is not None else SiteSpec.shards_for(self.max_pages),
             max_sitemap_files=self.max_sitemap_files, max_listed_urls=self.max_listed_urls,
+            cadence=self.cadence if self.cadence_rules(name) is not None else None,
         )
 
     def cadence_rules(self, name: str) -> Optional[CadenceRules]:
         if self.cadence is None:
             return None
-        try:
-            return rules_from(self.cadence, f"site {name}: cadence")
-        except CadenceError as exc:
-            raise SiteError(str(exc)) from None
+        return site_cadence(self.cadence, name)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         if not self.enabled:

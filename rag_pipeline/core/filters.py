@@ -71,7 +71,20 @@ def site_pattern(glob: str) -> str:
         raise FilterError(f"site pattern {glob!r} has no host: give e.g. 'https://docs.example.com/*'")
     if any(ch.isspace() for ch in host):
         raise FilterError(f"site pattern {glob!r}: the host contains whitespace")
-    normalized = f"https://{host.lower()}{slash}{path}"
+    return _like(f"https://{host.lower()}{slash}{path}")
+
+
+def site_patterns(glob: str) -> tuple[str, ...]:
+    """site_pattern, and for a glob ending in `/*` its bare prefix too: normalized URLs have no
+    trailing slash, so `https://docs.example.com/*` must find the home page `https://docs.example.com`,
+    and `…/guide/*` the page `…/guide` itself."""
+    pattern = site_pattern(glob)
+    if pattern.endswith("/%"):     # `/` is never escaped, so this `%` is the glob's `*`
+        return pattern, pattern[:-2]
+    return (pattern,)
+
+
+def _like(normalized: str) -> str:
     out = []
     for ch in normalized:
         if ch == "*":
@@ -91,7 +104,7 @@ class SearchFilters:
 
     verified_within: timedelta | None = None     # last_verified_at no older than this
     changed_since: datetime | None = None        # last_changed_at at or after this
-    sites: tuple[str, ...] = ()                  # LIKE patterns (site_pattern); any one matches
+    sites: tuple[str, ...] = ()                  # LIKE patterns (site_patterns); any one matches
 
     def __bool__(self) -> bool:
         return self.verified_within is not None or self.changed_since is not None or bool(self.sites)
@@ -102,5 +115,5 @@ class SearchFilters:
         return cls(
             verified_within=parse_age(max_age) if max_age else None,
             changed_since=parse_since(changed_since) if changed_since else None,
-            sites=tuple(site_pattern(s) for s in sites),
+            sites=tuple(p for s in sites for p in site_patterns(s)),
         )

@@ -47,6 +47,7 @@ class SiteSpec:
     link_depth: int = 0                   # follow in-scope links this many hops; 0: off
     boilerplate: tuple = ()               # rule mappings in boilerplate.yaml's form, for this site's pages
     crawler: str | None = None            # "local" or "crawlbase"; None: the deployment's CRAWLER
+    cadence: dict | None = None           # recrawl rules in cadence.yaml's form; None: CADENCE_FILE's
     shards: int = 1
     max_sitemap_files: int = 1_000
     max_listed_urls: int = 2_000_000

@@ -13,7 +13,8 @@ import psycopg
 
 from rag_pipeline.core.change_rate import estimate_many, pattern_rate
 from rag_pipeline.core.recrawl_policy import DAY_S, allocate, explain_allocated, implied_budget, Bounds
-from rag_pipeline.crawl.cadence_rules import CadenceRules, format_interval
+from rag_pipeline.crawl.cadence_rules import format_interval
+from rag_pipeline.crawl.site_cadences import SiteRules
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import crawl_observations
 
@@ -38,23 +39,27 @@ class Refreshed:
                 + (f" ({self.note})" if self.note else ""))
 
 
-def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, leased_within: timedelta) -> Refreshed:
+def refresh(conn: psycopg.Connection, rules: SiteRules, settings: Settings, leased_within: timedelta) -> Refreshed:
+    """Each page by its own site's rules (the deployment's for the catch-all)."""
     with conn.transaction():
         pages = crawl_observations.scheduled_pages(conn, settings.cadence_history)
         if not pages:
             budget = settings.crawl_budget_per_day or 0.0
             return Refreshed(0, 0, 0, budget, 0.0, "")
-        rule_of = [rules.rule_for(p.url) for p in pages]
+        rule_of = [rules.rule_for(p.url, p.site) for p in pages]
         sensor_floor = float(settings.recrawl_interval_s)
-        adaptable = np.array([p.source == "default" and rules.adaptive and r.adapt for p, r in zip(pages, rule_of)])
+        adaptable = np.array([p.source == "default" and rules.of(p.site).adaptive and r.adapt
+                              for p, r in zip(pages, rule_of)])
 
-        # Priors: each pattern's pages that rest on enough observations (their last estimates).
-        by_rule: dict[str, list[float]] = defaultdict(list)
-        for p, r in zip(pages, rule_of):
+        # Priors: each pattern's pages that rest on enough observations (their last estimates). A
+        # pattern is a site's: two sites' `*/blog/*` pages change at their own pace.
+        pattern = [(p.site, r.label) for p, r in zip(pages, rule_of)]
+        by_rule: dict[tuple, list[float]] = defaultdict(list)
+        for p, key in zip(pages, pattern):
             if p.change_rate and len(p.intervals_s) >= MIN_OBS_FOR_PRIOR:
-                by_rule[r.label].append(p.change_rate)
-        pooled = {label: pattern_rate(rates, 0.0) for label, rates in by_rule.items()}   # once a pattern
-        priors = np.array([pooled.get(r.label) or 1 / r.every.total_seconds() for r in rule_of])
+                by_rule[key].append(p.change_rate)
+        pooled = {key: pattern_rate(rates, 0.0) for key, rates in by_rule.items()}   # once a pattern
+        priors = np.array([pooled.get(key) or 1 / r.every.total_seconds() for key, r in zip(pattern, rule_of)])
         width = max(1, max(len(p.intervals_s) for p in pages))
         intervals = np.zeros((len(pages), width))
         changed = np.zeros((len(pages), width), dtype=bool)
@@ -90,7 +95,7 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
             why = (f"{explain_allocated(rate, interval, plan.price, Bounds(floors[k], ceilings[k]))}. "
                    f"Estimated {rate * DAY_S:.3g} changes/day from {seen} observation(s) "
                    f"({sum(page.changed)} changed) and a prior of {priors[i] * DAY_S:.3g}/day "
-                   f"({'its pattern' if by_rule[rule_of[i].label] else 'its rule'}); rule {rule_of[i].label}: "
+                   f"({'its pattern' if by_rule[pattern[i]] else 'its rule'}); {_rule_name(page.site, rule_of[i].label)}: "
                    f"every {format_interval(rule_of[i].every)}, {format_interval(timedelta(seconds=floors[k]))}"
                    f"–{format_interval(timedelta(seconds=ceilings[k]))}; budget {budget:.0f} pushes/day ({source})")
             updates.append((page.page_id, interval, rate, why))
@@ -104,6 +109,10 @@ def refresh(conn: psycopg.Connection, rules: CadenceRules, settings: Settings, l
                     f"{budget:.0f} ({source}): the adaptive pages are crawled at their rules' ceilings")
         crawl_observations.record_budget(conn, budget, planned, len(idx), note)
         return Refreshed(len(pages), len(idx), rewritten, budget, planned, note)
+
+
+def _rule_name(site: str | None, label: str) -> str:
+    return f"site {site}'s rule {label}" if site else f"rule {label}"
 
 
 def _moved(before: float | None, now: float) -> bool:

@@ -13,6 +13,7 @@ from typing import Callable
 import psycopg
 
 from rag_pipeline.crawl.base import Crawler, PushError
+from rag_pipeline.crawl.site_cadences import SiteRules
 from rag_pipeline.core.site_spec import locate
 from rag_pipeline.store import pushes, schedule, sites
 
@@ -126,7 +127,7 @@ def fail_undelivered(conn: psycopg.Connection, crawler: Crawler, report: PushRep
     report.failed += len(pages)
 
 
-def register_seeds(conn: psycopg.Connection, seeds, rules) -> tuple[list[schedule.Target], list[str]]:
+def register_seeds(conn: psycopg.Connection, seeds, rules: SiteRules) -> tuple[list[schedule.Target], list[str]]:
     """Register seeds with their cadence (theirs, else their pattern's), in one transaction.
     Returns what to push and the seeds that are known aliases (not pushed: see their target)."""
     targets: list[schedule.Target] = []
@@ -135,7 +136,7 @@ def register_seeds(conn: psycopg.Connection, seeds, rules) -> tuple[list[schedul
         scopes = sites.declared_scopes(conn)   # a seed in a declared site's scope is that site's page
         for s in seeds:
             site, shard = locate(s.page_url, scopes)
-            row = schedule.register(conn, s.url, s.page_url, s.every or rules.every_for(s.page_url),
+            row = schedule.register(conn, s.url, s.page_url, s.every or rules.every_for(s.page_url, site),
                                     explicit=s.every is not None, site=site, shard=shard)
             if row.alias_of:
                 skipped.append(f"{s.url} → {row.alias_of}")

@@ -20,6 +20,7 @@ class Scheduled:
     change_rate: float | None
     intervals_s: list[float]
     changed: list[bool]
+    site: str | None = None        # None: the catch-all (the deployment's rules)
 
 
 def scheduled_pages(conn: psycopg.Connection, history: int) -> list[Scheduled]:
@@ -27,7 +28,7 @@ def scheduled_pages(conn: psycopg.Connection, history: int) -> list[Scheduled]:
     ``history`` newest observations. One query; at 100k pages a few seconds, once per refresh."""
     rows = conn.execute(
         "SELECT p.page_id, p.url, p.cadence_source, p.recrawl_every, p.change_rate,"
-        "       coalesce(o.intervals, '{}'), coalesce(o.changed, '{}')"
+        "       coalesce(o.intervals, '{}'), coalesce(o.changed, '{}'), p.site"
         " FROM pages p LEFT JOIN LATERAL ("
         "   SELECT array_agg(interval_s ORDER BY crawled_at DESC) AS intervals,"
         "          array_agg(changed ORDER BY crawled_at DESC) AS changed"

@@ -45,6 +45,7 @@ class Cadence:
     change_rate: float | None = None     # estimated changes per second (adaptive cadence)
     why: str | None = None               # how the adaptive cadence derived recrawl_every
     derived_at: datetime | None = None   # the refresh that last wrote them
+    site: str | None = None              # whose rules it follows (None: the deployment's)
 
 
 def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
@@ -70,11 +71,13 @@ def register(conn: psycopg.Connection, url: str, page_url: str, every: timedelta
 
 
 def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timedelta, *,
-                register: bool = False, source: str = "manual") -> Registered | None:
+                register: bool = False, source: str = "manual", site: str | None = None,
+                shard: int | None = None) -> Registered | None:
     """`rag-pipeline cadence set`: the next crawl moves to last crawl + the new interval (a page
     never crawled keeps its earlier slot: due now, or leased while its first push is in flight).
     An alias is returned untouched (its target is what gets crawled); an unknown page is None
-    unless `register`, which adds it due now: a cadence nobody crawled yet must not wait one interval."""
+    unless `register`, which adds it due now, in `site`/`shard`: a cadence nobody crawled yet must
+    not wait one interval."""
     with conn.transaction():
         current = conn.execute(
             "SELECT url, coalesce(crawl_url, url), recrawl_every, alias_of FROM pages WHERE page_id = %s"
@@ -85,14 +88,15 @@ def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timede
         if current is not None and current[3] is not None:
             return Registered(*current)
         row = conn.execute(
-            "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at)"
-            " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now())"
+            "INSERT INTO pages (page_id, url, crawl_url, recrawl_every, cadence_source, next_crawl_at, site, shard)"
+            " VALUES (%(id)s, %(page_url)s, %(url)s, %(every)s, %(source)s, now(), %(site)s, %(shard)s)"
             " ON CONFLICT (page_id) DO UPDATE SET recrawl_every = excluded.recrawl_every,"
             "   cadence_source = excluded.cadence_source,"
             "   next_crawl_at = coalesce(pages.last_crawled_at + excluded.recrawl_every,"
             "     least(pages.next_crawl_at, now() + excluded.recrawl_every))"
             " RETURNING url, coalesce(crawl_url, url), recrawl_every, alias_of",
-            {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every, "source": source},
+            {"id": page_id(page_url), "page_url": page_url, "url": url, "every": every, "source": source,
+             "site": site, "shard": shard},
         ).fetchone()
         return Registered(*row, created=current is None)
 
@@ -100,28 +104,29 @@ def set_cadence(conn: psycopg.Connection, url: str, page_url: str, every: timede
 def cadence_of(conn: psycopg.Connection, page_url: str) -> Cadence | None:
     row = conn.execute(
         "SELECT recrawl_every, cadence_source, next_crawl_at, last_crawled_at, alias_of, deleted_at, now(),"
-        " change_rate, cadence_why, cadence_updated_at FROM pages WHERE url = %s", (page_url,),
+        " change_rate, cadence_why, cadence_updated_at, site FROM pages WHERE url = %s", (page_url,),
     ).fetchone()
     return Cadence(*row) if row else None
 
 
 def assign_defaults(conn: psycopg.Connection, every_for, limit: int) -> int:
-    """Pages first seen through a delivery get their pattern's cadence (bounded per call)."""
+    """Pages first seen through a delivery get their pattern's cadence (bounded per call);
+    `every_for(url, site)` gives it, by the site's rules where it has some."""
     with conn.transaction():
         rows = conn.execute(
-            "SELECT page_id, url FROM pages WHERE cadence_source IS NULL ORDER BY first_seen_at"
+            "SELECT page_id, url, site FROM pages WHERE cadence_source IS NULL ORDER BY first_seen_at"
             " LIMIT %s FOR UPDATE SKIP LOCKED",
             (limit,),
         ).fetchall()
         if not rows:
             return 0
-        with conn.cursor() as cur:
-            cur.executemany(
-                "UPDATE pages SET recrawl_every = %s, cadence_source = 'default',"
-                " next_crawl_at = CASE WHEN alias_of IS NULL"
-                "   THEN coalesce(last_crawled_at, first_seen_at) + %s END WHERE page_id = %s",
-                [(every_for(url), every_for(url), pid) for pid, url in rows],
-            )
+        conn.execute(
+            "UPDATE pages p SET recrawl_every = u.every, cadence_source = 'default',"
+            " next_crawl_at = CASE WHEN p.alias_of IS NULL"
+            "   THEN coalesce(p.last_crawled_at, p.first_seen_at) + u.every END"
+            " FROM unnest(%s::uuid[], %s::interval[]) AS u(page_id, every) WHERE p.page_id = u.page_id",
+            ([pid for pid, _, _ in rows], [every_for(url, site) for _, url, site in rows]),
+        )
         return len(rows)
 
 

@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
-from rag_pipeline.core.site_spec import SiteScope, SiteSpec
+from rag_pipeline.core.site_spec import SiteScope, SiteSpec, locate
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,19 @@ def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every, link_depth, boilerplate,"
-            "   crawler) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            "   crawler, cadence) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET shards = excluded.shards, scope = excluded.scope,"
             "   exclude = excluded.exclude, max_pages = excluded.max_pages, discover_every = excluded.discover_every,"
-            "   link_depth = excluded.link_depth, boilerplate = excluded.boilerplate, crawler = excluded.crawler"
+            "   link_depth = excluded.link_depth, boilerplate = excluded.boilerplate, crawler = excluded.crawler,"
+            "   cadence = excluded.cadence"
             " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every, sites.link_depth,"
-            "        sites.boilerplate, sites.crawler)"
+            "        sites.boilerplate, sites.crawler, sites.cadence)"
             "   IS DISTINCT FROM (excluded.shards, excluded.scope, excluded.exclude, excluded.max_pages,"
-            "                     excluded.discover_every, excluded.link_depth, excluded.boilerplate, excluded.crawler)",
+            "                     excluded.discover_every, excluded.link_depth, excluded.boilerplate, excluded.crawler,"
+            "                     excluded.cadence)",
             [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every, s.link_depth,
-              Jsonb(list(s.boilerplate)), s.crawler) for s in specs],
+              Jsonb(list(s.boilerplate)), s.crawler, None if s.cadence is None else Jsonb(dict(s.cadence)))
+             for s in specs],
         )
 
 
@@ -67,6 +70,17 @@ def boilerplate(conn: psycopg.Connection) -> dict[str, list]:
     """Each declared site's own boilerplate rules (only sites that have some)."""
     return {name: rules for name, rules in
             conn.execute("SELECT name, boilerplate FROM sites WHERE boilerplate <> '[]'::jsonb").fetchall()}
+
+
+def place(conn: psycopg.Connection, page_url: str) -> tuple[str | None, int | None]:
+    """(site, shard) of a page: where it is if registered, else where it would be registered."""
+    row = conn.execute("SELECT site, shard FROM pages WHERE url = %s", (page_url,)).fetchone()
+    return (row[0], row[1]) if row else locate(page_url, declared_scopes(conn))
+
+
+def cadence_blocks(conn: psycopg.Connection) -> dict[str, dict]:
+    """Each declared site's own recrawl rules (only sites that declare some), as declared."""
+    return dict(conn.execute("SELECT name, cadence FROM sites WHERE cadence IS NOT NULL").fetchall())
 
 
 def crawlers(conn: psycopg.Connection, page_urls: list[str]) -> dict[str, str | None]:

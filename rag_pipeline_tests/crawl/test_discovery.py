@@ -199,6 +199,7 @@ def test_a_page_first_seen_outside_discovery_lands_in_the_site_that_scopes_it(co
     from rag_pipeline.core.site_spec import shard_of
     from rag_pipeline.crawl.cadence_rules import load_rules, parse_seeds
     from rag_pipeline.crawl.pushing import register_seeds
+    from rag_pipeline.crawl.site_cadences import SiteRules
     from rag_pipeline.ingest.routing import route_batch
     from rag_pipeline.store import deliveries, sites
 
@@ -206,7 +207,7 @@ def test_a_page_first_seen_outside_discovery_lands_in_the_site_that_scopes_it(co
     with conn.transaction():
         sites.sync_declared(conn, [spec])
     seeds = parse_seeds("https://docs.example.com/guide\nhttps://other.example.com/x\n")
-    register_seeds(conn, seeds, load_rules())
+    register_seeds(conn, seeds, SiteRules(load_rules()))
     deliveries.insert(conn, rid=uuid.uuid4().hex, url="https://docs.example.com/moved-here",
                       pushed_url="https://docs.example.com/old", crawler_status=200, original_status=200,
                       content_type="text/markdown", body=gzip.compress(b"# Moved\n"), body_encoding="gzip")

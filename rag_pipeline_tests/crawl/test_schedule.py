@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from rag_pipeline.core.urls import page_id
 from rag_pipeline.crawl.cadence_rules import load_rules
+from rag_pipeline.crawl.site_cadences import SiteRules
 from rag_pipeline.store import db, pages, schedule
 
 PRICING = "https://shop.example.com/pricing"
@@ -21,9 +22,9 @@ def test_delivery_discovered_pages_get_their_pattern_cadence_once(database_url):
         conn.autocommit = True
         for url in (PRICING, DOCS):
             pages.ensure(conn, page_id(url), url)       # what routing does for a new page
-        assert schedule.assign_defaults(conn, rules.every_for, limit=1) == 1   # bounded
-        assert schedule.assign_defaults(conn, rules.every_for, limit=10) == 1
-        assert schedule.assign_defaults(conn, rules.every_for, limit=10) == 0
+        assert schedule.assign_defaults(conn, SiteRules(rules).every_for, limit=1) == 1   # bounded
+        assert schedule.assign_defaults(conn, SiteRules(rules).every_for, limit=10) == 1
+        assert schedule.assign_defaults(conn, SiteRules(rules).every_for, limit=10) == 0
         assert row(conn, PRICING) == (timedelta(hours=1), "default", timedelta(hours=1))
         assert row(conn, DOCS) == (timedelta(days=7), "default", timedelta(days=7))
 
@@ -134,7 +135,7 @@ def test_a_cadence_refresh_keeps_the_lease_of_a_page_claimed_while_it_runs(datab
     with db.connection(database_url) as refresh, db.connection(database_url) as tick:
         tick.autocommit = True
         pages.ensure(tick, page_id(PRICING), PRICING)
-        schedule.assign_defaults(tick, load_rules().every_for, limit=10)
+        schedule.assign_defaults(tick, SiteRules(load_rules()).every_for, limit=10)
         tick.execute("UPDATE pages SET last_crawled_at = now() - interval '3 hours',"
                      " next_crawl_at = now() - interval '1 minute'")
         refresh.execute("SELECT now()")                    # the refresh's transaction has begun
@@ -208,7 +209,7 @@ def test_a_refresh_with_no_adaptive_page_says_so_instead_of_a_budget_of_nothing(
         conn.autocommit = True
         schedule.register(conn, PRICING, PRICING, timedelta(hours=1), explicit=True)   # fixed: 24/day
         schedule.register(conn, DOCS, DOCS, timedelta(hours=12), explicit=True)         # fixed: 2/day
-        refreshed = adaptive.refresh(conn, load_rules(), Settings(), timedelta(minutes=10))
+        refreshed = adaptive.refresh(conn, SiteRules(load_rules()), Settings(), timedelta(minutes=10))
         assert (refreshed.adaptive, refreshed.budget_per_day, refreshed.planned_per_day) == (0, 26.0, 26.0)
         assert "no page has an adaptive cadence" in refreshed.note and "1e-09" not in refreshed.summary()
         assert conn.execute("SELECT budget_per_day, planned_per_day, note FROM crawl_budget").fetchone() == (

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.core.filters import SearchFilters, site_pattern
+from rag_pipeline.core.filters import SearchFilters, site_pattern, site_patterns
 from rag_pipeline.embedders.hash_embedder import HashEmbedder
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
@@ -145,3 +145,19 @@ def test_site_globs_read_scheme_and_host_as_normalized_urls_and_escape_like():
     for bad in ("", "   ", "https:///x", "mailto://x/*"):
         with pytest.raises(ValueError):
             site_pattern(bad)
+
+
+def test_a_glob_ending_in_slash_star_finds_the_page_at_its_prefix(conn):
+    """Normalized URLs keep no trailing slash: the home page of `http://127.0.0.1:8900/*` is
+    `https://127.0.0.1:8900`, and `…/guide/*` covers the page `…/guide` itself."""
+    urls = ["https://127.0.0.1:8900", "https://127.0.0.1:8900/pricing", "https://docs.example.com/guide",
+            "https://docs.example.com/guide/install", "https://docs.example.com/guidelines"]
+
+    def matched(glob: str) -> list[str]:
+        patterns = list(SearchFilters.parse(sites=[glob]).sites)
+        return [u for u in urls if conn.execute("SELECT %s LIKE ANY(%s)", (u, patterns)).fetchone()[0]]
+
+    assert matched("http://127.0.0.1:8900/*") == urls[:2]
+    assert matched("https://docs.example.com/guide/*") == urls[2:4]
+    assert matched("https://docs.example.com/guide*") == urls[2:]
+    assert site_patterns("https://docs.example.com/a?") == ("https://docs.example.com/a_",)

@@ -9,6 +9,7 @@ import dagster as dg
 
 from rag_pipeline.crawl import adaptive
 from rag_pipeline.crawl.cadence_rules import glob_to_like, load_rules, parse_seeds
+from rag_pipeline.crawl.site_cadences import load_site_rules
 from rag_pipeline.crawl.pushing import push_by_site, register_seeds
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import schedule
@@ -71,9 +72,8 @@ def seed_pages(context: dg.OpExecutionContext, config: SeedConfig, postgres: Pos
             lines += fh.read().splitlines()
     current = settings.get()
     seeds = parse_seeds("\n".join(lines), timedelta(seconds=current.recrawl_interval_s))
-    rules = load_rules(current.cadence_file)
     with postgres.connect() as conn:
-        targets, aliases = register_seeds(conn, seeds, rules)
+        targets, aliases = register_seeds(conn, seeds, load_site_rules(conn, current.cadence_file))
     report = _push(context, postgres, crawler, settings, targets, "seed")
     return dg.Output(None, metadata={**report.as_metadata(), "seeds": len(seeds),
                                               "aliases_skipped": len(aliases)})
@@ -115,8 +115,8 @@ def recrawl_now_job():
 def refresh_cadences(context: dg.OpExecutionContext, postgres: PostgresResource,
                      settings: SettingsResource) -> dg.Output:
     current = settings.get()
-    rules = load_rules(current.cadence_file)
     with postgres.connect() as conn:
+        rules = load_site_rules(conn, current.cadence_file)
         with conn.transaction():
             refreshed = adaptive.refresh(conn, rules, current, CLAIM_LEASE)
     context.log.info(refreshed.summary())

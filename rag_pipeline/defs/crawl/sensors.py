@@ -7,7 +7,7 @@ import uuid
 
 import dagster as dg
 
-from rag_pipeline.crawl.cadence_rules import load_rules
+from rag_pipeline.crawl.site_cadences import load_site_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import CLAIM_LEASE, cadence_refresh_job, push_job, push_run_config
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
@@ -45,11 +45,11 @@ def recrawl_sensor_every(interval_s: int) -> dg.SensorDefinition:
 def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResource,
                    settings: SettingsResource) -> dg.SensorResult:
     current = settings.get()
-    rules = load_rules(current.cadence_file)
     now = time.time()
     # The first tick starts the clock: a new deployment has no observations to refresh from yet.
     refreshed_at = float(context.cursor) if context.cursor else now
     with postgres.connect() as conn:
+        rules = load_site_rules(conn, current.cadence_file)
         with conn.transaction():
             expired = pushes.expire_pending(conn)
             assigned = schedule.assign_defaults(conn, rules.every_for, current.recrawl_batch_size)
