@@ -22,6 +22,7 @@ from rag_pipeline.core.bodies import BodyError, decode_stored
 from rag_pipeline.core.site_spec import locate, site_boilerplate
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
+from rag_pipeline.ingest.routing_writes import RoutingWrites
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.settings import load_settings
@@ -125,13 +126,22 @@ def _route_chunk(conn, want: int, result: RoutingResult, context: _Context, *, c
     round trip less, twice, per delivery) and a bad one raises."""
     claimed = deliveries.claim_unrouted(conn, want)
     known = _Known.read(conn, claimed)
+    held = RoutingWrites(conn)   # fast: the chunk's writes, a set at a time
     for delivery in claimed:
+        asked = _asked_pages_of(delivery)
         if not careful:
-            outcome = _route_one(conn, delivery, result, context, known)
+            if held.waiting_on(asked):   # a page routed earlier in the chunk: read it as written
+                held.flush()
+            outcome = _route_one(conn, delivery, result, context, known, held)
+            held.touch(asked)
         else:
             try:
                 with conn.transaction():
-                    outcome = _route_one(conn, delivery, result, context, known)
+                    own, its = RoutingWrites(conn), RoutingResult()
+                    outcome = _route_one(conn, delivery, its, context, known, own)
+                    own.flush()   # inside its savepoint: what PostgreSQL refuses fails this one only
+                result.queued.extend(its.queued)
+                result.redirects.update(its.redirects)
             except (BodyError, InvalidURL) as exc:
                 # A stored body the receiver accepted should decode; if not, say so and move on.
                 outcome = "failed"
@@ -146,6 +156,7 @@ def _route_chunk(conn, want: int, result: RoutingResult, context: _Context, *, c
         if outcome not in ("queued", "refused", "unsolicited"):   # no page of ours to tell
             _settled(result, delivery, outcome)
         result.outcomes[outcome] += 1
+    held.flush()
     return len(claimed)
 
 
@@ -231,22 +242,23 @@ class _Trust:
     accept_unsolicited: bool
 
 
-def _route_one(conn, delivery, result: RoutingResult, context: _Context, known: _Known) -> str:
+def _route_one(conn, delivery, result: RoutingResult, context: _Context, known: _Known,
+               writes: RoutingWrites) -> str:
     try:
         return _route(conn, delivery, context.rules_of, context.max_page_bytes, result, context.trust,
-                      context.scopes, known)
+                      context.scopes, known, writes)
     finally:
         for url in _asked_pages_of(delivery):
             known.forget(url)
 
 
 def _route(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, trust: _Trust, scopes,
-           known: _Known) -> str:
+           known: _Known, writes: RoutingWrites) -> str:
     page_url = normalize_url(delivery.url)
     # The network guard's rule, on what was delivered: an internal address is never indexed.
     refused = host_refusal(urlsplit(delivery.url).hostname or "", trust.allowed_networks)
     if refused:
-        deliveries.mark(conn, delivery.id, "refused", page_url=page_url, error=f"not indexed: {refused}")
+        writes.mark(delivery.id, "refused", page_url=page_url, error=f"not indexed: {refused}")
         return "refused"
     # A delivery answers a push: its rid must be one of ours, and our push row (not a header)
     # says which URL was asked for.
@@ -254,7 +266,7 @@ def _route(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, trus
     if pushed_at is None:   # its push may still be in flight: its rid not recorded yet
         pushed_url, pushed_at = known.in_flight(conn, _asked_pages(delivery, page_url))
     if pushed_at is None and not trust.accept_unsolicited:
-        deliveries.mark(conn, delivery.id, "unsolicited", page_url=page_url,
+        writes.mark(delivery.id, "unsolicited", page_url=page_url,
                         error=f"rid {delivery.rid[:64]!r} answers no push of ours: stored, never indexed "
                               "(WEBHOOK_ACCEPT_UNSOLICITED lets such deliveries in)")
         return "unsolicited"
@@ -264,20 +276,20 @@ def _route(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, trus
 
     # Receipt order: a delivery older than what the page already shows (or has queued) is history.
     if page is not None and (page.applied_delivery_id or 0) > delivery.id:
-        deliveries.mark(conn, delivery.id, "superseded", page_url=page_url)
+        writes.mark(delivery.id, "superseded", page_url=page_url)
         return "superseded"
     # Crawl order: the crawler may deliver an older crawl late (a retried webhook). Its crawl time
     # is our push's, found by its rid; a delivery we did not push counts from its receipt.
     crawled_at = pushed_at or delivery.received_at
     if page is not None and page.newest_crawl_at is not None and crawled_at < page.newest_crawl_at:
-        deliveries.mark(conn, delivery.id, "superseded", page_url=page_url, crawled_at=crawled_at,
+        writes.mark(delivery.id, "superseded", page_url=page_url, crawled_at=crawled_at,
                         error=f"a crawl made at {crawled_at.isoformat()}, older than one already routed for "
                               f"this page ({page.newest_crawl_at.isoformat()})")
         return "superseded"
 
     if verdict is Verdict.SKIP:
-        deliveries.mark(
-            conn, delivery.id, "skipped", page_url=page_url,
+        writes.mark(
+            delivery.id, "skipped", page_url=page_url,
             error=f"crawler status {delivery.crawler_status}, site status {delivery.original_status}",
         )
         return "skipped"
@@ -285,21 +297,22 @@ def _route(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, trus
     site, shard = (page.site, None) if page is not None else locate(page_url, scopes)
     foreign = _foreign_redirect(conn, pushed_url or delivery.pushed_url, page_url, page)
     if foreign:
-        deliveries.mark(conn, delivery.id, "refused", page_url=page_url, error=foreign)
+        writes.mark(delivery.id, "refused", page_url=page_url, error=foreign)
         return "refused"
     if page is None:   # first seen here: placed in the declared site whose scope holds it, if any
         pushed = pushed_url or delivery.pushed_url
-        pages.ensure(conn, pid, page_url, delivery.url, site=site, shard=shard,
-                     discovered_by="redirect" if pushed and pushed != delivery.url else "delivery")
-    redirected_from = _note_redirect(conn, delivery, page_url, pushed_url, known)
+        writes.ensure_page(pid, page_url, delivery.url, site, shard,
+                           "redirect" if pushed and pushed != delivery.url else "delivery")
+    redirected_from = _note_redirect(conn, delivery, page_url, pushed_url, known, writes)
     if redirected_from:
         result.redirects[page_url] = (redirected_from, delivery.id)
 
     if verdict is Verdict.TOMBSTONE:
+        writes.flush()
         pages.tombstone(conn, pid, page_url, delivery.id, delivery.original_status)
-        pages.note_crawl(conn, pid, crawled_at, pages.GONE)
-        deliveries.supersede_older(conn, page_url, delivery.id)
-        deliveries.mark(conn, delivery.id, "deleted", page_url=page_url, crawled_at=crawled_at)
+        writes.note_crawl(pid, page_url, crawled_at, pages.GONE)
+        writes.supersede_older(page_url, delivery.id)
+        writes.mark(delivery.id, "deleted", page_url=page_url, crawled_at=crawled_at)
         return "deleted"
 
     decoded = decode_stored(delivery.body, delivery.body_encoding, max_page_bytes)
@@ -313,16 +326,16 @@ def _route(conn, delivery, rules_of, max_page_bytes, result: RoutingResult, trus
     ):
         if page.source_hash != digest:
             # A failed run left a newer source the site has since reverted: the newest crawl wins.
-            pages.set_source(conn, pid, text, digest, delivery.id, delivery.original_status)
-        pages.stamp_verified(conn, pid, delivery.id, delivery.original_status)
-        pages.note_crawl(conn, pid, crawled_at, digest)
-        deliveries.supersede_older(conn, page_url, delivery.id)  # a failed one awaiting its retry
-        deliveries.mark(conn, delivery.id, "unchanged", page_url=page_url, crawled_at=crawled_at)
+            writes.set_source(pid, page_url, text, digest, delivery.id, delivery.original_status)
+        writes.stamp_verified(pid, page_url, delivery.id, delivery.original_status)
+        writes.note_crawl(pid, page_url, crawled_at, digest)
+        writes.supersede_older(page_url, delivery.id)  # a failed one awaiting its retry
+        writes.mark(delivery.id, "unchanged", page_url=page_url, crawled_at=crawled_at)
         return "unchanged"
 
-    pages.note_crawl(conn, pid, crawled_at, digest)
+    writes.note_crawl(pid, page_url, crawled_at, digest)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
-    deliveries.mark(conn, delivery.id, "queued", page_url=page_url, error=note, text=text, text_hash=digest,
+    writes.mark(delivery.id, "queued", page_url=page_url, error=note, text=text, text_hash=digest,
                     crawled_at=crawled_at)
     result.queued.append(WorkItem(page_url, delivery.id))
     return "queued"
@@ -361,11 +374,13 @@ def _foreign_redirect(conn, pushed: str | None, page_url: str, page) -> str | No
             f"{'site' if origin_site or page.site else 'host'}: not indexed")
 
 
-def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None, known: _Known) -> str | None:
+def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None, known: _Known,
+                   writes: RoutingWrites) -> str | None:
     """The page is indexed under the delivered URL. When that is not the URL we pushed (the site
     redirected), the pushed URL becomes an alias of it: recrawled no more, nothing indexed twice.
     A URL delivered as itself again is a page again. Returns the alias recorded, if any."""
     if known.may_be_alias(page_url):
+        writes.flush()
         aliases.clear(conn, page_url)
     pushed = pushed_url or delivery.pushed_url     # our push row is the authority; a header only without one
     if not pushed:
@@ -377,5 +392,6 @@ def _note_redirect(conn, delivery, page_url: str, pushed_url: str | None, known:
         return None
     if pushed_page == page_url:
         return None
+    writes.flush()
     aliases.record(conn, pushed_page, page_url, delivery.url, delivery.id)
     return pushed_page

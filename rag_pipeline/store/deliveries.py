@@ -80,6 +80,26 @@ def mark(conn: psycopg.Connection, delivery_id: int, outcome: str, *,
     )
 
 
+def mark_many(conn: psycopg.Connection, rows: list[tuple]) -> None:
+    """`mark` for many deliveries in one statement: (delivery_id, outcome, page_url, error, text,
+    text_hash, crawled_at) each, with `mark`'s meaning (None leaves a column as it is)."""
+    if not rows:
+        return
+    ids, outcomes, urls, errors, texts, hashes, crawled = (list(c) for c in zip(*rows))
+    conn.execute(
+        "UPDATE deliveries d SET processed_at = coalesce(d.processed_at, now()), outcome = n.outcome,"
+        " page_url = coalesce(n.page_url, d.page_url), error = coalesce(n.error, d.error),"
+        " text_chars = coalesce(length(n.text), d.text_chars), crawled_at = coalesce(n.crawled_at, d.crawled_at),"
+        " normalized_text = CASE WHEN n.outcome = 'queued' THEN n.text END,"
+        " normalized_hash = CASE WHEN n.outcome = 'queued' THEN n.text_hash END,"
+        " applied_at = CASE WHEN n.outcome IN ('embedded', 'unchanged', 'deleted') THEN now() END"
+        " FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[])"
+        "   AS n (id, outcome, page_url, error, text, text_hash, crawled_at)"
+        " WHERE d.id = n.id",
+        (ids, outcomes, urls, [storable(e) if e is not None else None for e in errors], texts, hashes, crawled),
+    )
+
+
 def note_failed(conn: psycopg.Connection, delivery_id: int, error: str) -> None:
     """A queued delivery whose content could not be made searchable: failed, with why (the page
     keeps its old version; a retry is the run's business, `record_run_failure`)."""
@@ -130,20 +150,10 @@ def queued_among(conn: psycopg.Connection, page_urls: list[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def supersede_older(conn: psycopg.Connection, page_url: str, newer_than_id: int) -> int:
-    """Queued or failed deliveries older than the one applied will never be applied themselves
-    (a failed one's pending retry is cancelled with it)."""
-    cur = conn.execute(
-        "UPDATE deliveries SET outcome = 'superseded', retry_at = NULL, normalized_text = NULL, normalized_hash = NULL"
-        " WHERE page_url = %s AND outcome IN ('queued', 'failed') AND id < %s",
-        (page_url, newer_than_id),
-    )
-    return cur.rowcount
-
-
 def supersede_older_many(conn: psycopg.Connection, applied: list[tuple[str, int]]) -> dict[str, int]:
-    """`supersede_older` for many (page_url, delivery id) pairs in one statement; returns how many
-    deliveries each page had superseded."""
+    """Queued or failed deliveries older than the one applied will never be applied themselves (a
+    failed one's pending retry is cancelled with it), for many (page_url, delivery id) pairs in one
+    statement; returns how many deliveries each page had superseded."""
     if not applied:
         return {}
     urls, ids = (list(c) for c in zip(*applied))

@@ -65,10 +65,20 @@ def ensure(conn: psycopg.Connection, page_id: UUID, url: str, crawl_url: str | N
            site: str | None = None, shard: int | None = None, discovered_by: str = "delivery") -> None:
     """A page row for `url`; `crawl_url` is the URL as the crawler fetched it (http stays http),
     which recrawls push and citations show. `site`/`shard`: where a new row belongs."""
+    ensure_many(conn, [(page_id, url, crawl_url, site, shard, discovered_by)])
+
+
+def ensure_many(conn: psycopg.Connection, rows: list[tuple]) -> None:
+    """`ensure` for many pages in one statement: (page_id, url, crawl_url, site, shard,
+    discovered_by) each, no page twice. A page that exists keeps its row (and site)."""
+    if not rows:
+        return
+    ids, urls, crawl_urls, site_names, shards, found_by = (list(c) for c in zip(*rows))
     conn.execute(
-        "INSERT INTO pages (page_id, url, crawl_url, site, shard, discovered_by) VALUES (%s, %s, %s, %s, %s, %s)"
+        "INSERT INTO pages (page_id, url, crawl_url, site, shard, discovered_by)"
+        " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::smallint[], %s::text[])"
         " ON CONFLICT (page_id) DO UPDATE SET crawl_url = coalesce(pages.crawl_url, excluded.crawl_url)",
-        (page_id, url, crawl_url, site, shard, discovered_by),
+        (ids, urls, crawl_urls, site_names, shards, found_by),
     )
 
 
@@ -85,29 +95,38 @@ def locations(conn: psycopg.Connection, urls) -> dict[str, tuple[str | None, int
 GONE = "gone"
 
 
-def note_crawl(conn: psycopg.Connection, page_id: UUID, crawled_at: datetime, content_hash: str) -> None:
-    """The newest crawl routed for the page (deliveries of older crawls are history from now on),
+def note_crawls(conn: psycopg.Connection, rows: list[tuple[UUID, datetime, str]]) -> None:
+    """The newest crawl routed for each page (deliveries of older crawls are history from now on),
     and what it observed for the change-rate estimate: whether the content differs from the
-    previous crawl's, over the interval since it. The caller has ruled out older crawls."""
+    previous crawl's, over the interval since it. (page_id, crawled_at, content_hash) each, no page
+    twice; the caller has ruled out older crawls."""
+    if not rows:
+        return
+    ids, at, hashes = (list(c) for c in zip(*rows))
     conn.execute(
-        "WITH previous AS (SELECT newest_crawl_at, crawl_hash FROM pages WHERE page_id = %(id)s),"
+        "WITH n AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[], %s::text[]) AS n (page_id, at, hash)),"
         " observed AS (INSERT INTO crawl_observations (page_id, crawled_at, interval_s, changed)"
-        "   SELECT %(id)s, %(at)s, extract(epoch FROM %(at)s - newest_crawl_at), crawl_hash <> %(hash)s"
-        "   FROM previous WHERE crawl_hash IS NOT NULL AND newest_crawl_at < %(at)s"
+        "   SELECT p.page_id, n.at, extract(epoch FROM n.at - p.newest_crawl_at), p.crawl_hash <> n.hash"
+        "   FROM pages p JOIN n ON n.page_id = p.page_id"
+        "   WHERE p.crawl_hash IS NOT NULL AND p.newest_crawl_at < n.at"
         "   ON CONFLICT DO NOTHING)"
-        " UPDATE pages SET newest_crawl_at = greatest(newest_crawl_at, %(at)s), crawl_hash = %(hash)s"
-        " WHERE page_id = %(id)s",
-        {"id": page_id, "at": crawled_at, "hash": content_hash})
+        " UPDATE pages p SET newest_crawl_at = greatest(p.newest_crawl_at, n.at), crawl_hash = n.hash"
+        " FROM n WHERE p.page_id = n.page_id",
+        (ids, at, hashes))
 
 
-def stamp_verified(conn: psycopg.Connection, page_id: UUID, delivery_id: int,
-                   original_status: int | None) -> None:
-    """An unchanged crawl: the page is confirmed fresh, and nothing else moves."""
+def stamp_verified_many(conn: psycopg.Connection, rows: list[tuple[UUID, int, int | None]]) -> None:
+    """Unchanged crawls: each page is confirmed fresh, and nothing else moves. (page_id,
+    delivery_id, original_status) each."""
+    if not rows:
+        return
+    ids, delivery_ids, statuses = (list(c) for c in zip(*rows))
     conn.execute(
-        "UPDATE pages SET last_verified_at = now(), last_crawled_at = now(),"
-        " applied_delivery_id = greatest(applied_delivery_id, %s), original_status = %s"
-        " WHERE page_id = %s",
-        (delivery_id, original_status, page_id),
+        "UPDATE pages p SET last_verified_at = now(), last_crawled_at = now(),"
+        " applied_delivery_id = greatest(p.applied_delivery_id, n.delivery_id), original_status = n.status"
+        " FROM unnest(%s::uuid[], %s::bigint[], %s::integer[]) AS n (page_id, delivery_id, status)"
+        " WHERE p.page_id = n.page_id",
+        (ids, delivery_ids, statuses),
     )
 
 
@@ -131,19 +150,10 @@ def tombstone(conn: psycopg.Connection, page_id: UUID, url: str, delivery_id: in
     return removed
 
 
-def set_source(conn: psycopg.Connection, page_id: UUID, text: str, source_hash: str,
-               delivery_id: int, original_status: int | None) -> None:
-    conn.execute(
-        "UPDATE pages SET source_text = %s, source_hash = %s, source_delivery_id = %s,"
-        " original_status = %s, last_crawled_at = now() WHERE page_id = %s",
-        (text, source_hash, delivery_id, original_status, page_id),
-    )
-
-
 def set_sources(conn: psycopg.Connection,
                 rows: list[tuple[UUID, str, str, int, int | None]]) -> None:
-    """`set_source` for many pages in one statement: (page_id, text, source_hash, delivery_id,
-    original_status) each."""
+    """The text each page is to be indexed from (routing's newest crawl), for many pages in one
+    statement: (page_id, text, source_hash, delivery_id, original_status) each."""
     if not rows:
         return
     ids, texts, hashes, delivery_ids, statuses = (list(c) for c in zip(*rows))

@@ -21,14 +21,14 @@ def row(conn, delivery_id: int):
 
 def refuse_one_page(monkeypatch, url: str) -> None:
     """Postgres refuses the data of one page (SQLSTATE class 22), after part of its routing was written."""
-    ensure = pages.ensure
+    ensure_many = pages.ensure_many
 
-    def ensure_then_refuse(conn, pid, page_url, crawl_url, **where):
-        ensure(conn, pid, page_url, crawl_url, **where)
-        if page_url == url:
+    def ensure_then_refuse(conn, rows):
+        ensure_many(conn, rows)
+        if any(page_url == url for _, page_url, *_ in rows):
             conn.execute("SELECT %s::integer", ("not a number",))   # 22P02, a psycopg.DataError
 
-    monkeypatch.setattr(pages, "ensure", ensure_then_refuse)
+    monkeypatch.setattr(pages, "ensure_many", ensure_then_refuse)
 
 
 def test_a_data_error_fails_its_delivery_only(db_conn, monkeypatch):
