@@ -59,7 +59,7 @@ class InstantEmbedder:
     def __init__(self, model: str, dimensions: int):
         self.model, self.dimensions = model, dimensions
 
-    def embed(self, texts: list[str]) -> EmbedResult:
+    def embed(self, texts: list[str], token_counts: list[int] | None = None) -> EmbedResult:
         vectors = []
         for text in texts:
             seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")

@@ -100,6 +100,8 @@ class Embedder(Protocol):
     model: str
     dimensions: int
 
-    def embed(self, texts: list[str]) -> EmbedResult:
-        """Embed ``texts``; vectors come back in input order, L2-normalised. Empty list: no work."""
+    def embed(self, texts: list[str], token_counts: list[int] | None = None) -> EmbedResult:
+        """Embed ``texts``; vectors come back in input order, L2-normalised. Empty list: no work.
+        ``token_counts``: each text's cl100k count where the caller has it (the chunker counted
+        every chunk it made), so the texts are not tokenized a second time."""
         ...

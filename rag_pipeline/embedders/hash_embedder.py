@@ -73,13 +73,13 @@ class HashEmbedder:
             return vec
         return [x / norm for x in vec]
 
-    def embed(self, texts: list[str]) -> EmbedResult:
+    def embed(self, texts: list[str], token_counts: list[int] | None = None) -> EmbedResult:
         """Embed locally; tokens are cl100k counts so ledgers look like the OpenAI path's."""
         if not texts:
             return EmbedResult(vectors=[], tokens=0, requests=0, retries=0)
         return EmbedResult(
             vectors=[self.vector(t) for t in texts],
-            tokens=sum(count_tokens(t) for t in texts),
+            tokens=sum(token_counts) if token_counts is not None else sum(count_tokens(t) for t in texts),
             requests=1,
             retries=0,
         )

@@ -148,8 +148,9 @@ class LocalEmbedder:
             self._tokenizer = tokenizer
             self._session = session  # published last: the unlocked fast path reads it
 
-    def embed(self, texts: list[str]) -> EmbedResult:
-        """Embed in length-sorted batches (little padding); vectors in input order."""
+    def embed(self, texts: list[str], token_counts: list[int] | None = None) -> EmbedResult:
+        """Embed in length-sorted batches (little padding); vectors in input order. The model's own
+        tokenizer counts (`token_counts`, cl100k, do not apply)."""
         if not texts:
             return EmbedResult(vectors=[], tokens=0, requests=0, retries=0)
         self.load()

@@ -118,11 +118,11 @@ class OpenAIEmbedder:
         """Release the HTTP connections (the resource closes its embedders when a run ends)."""
         self._client.close()
 
-    def embed(self, texts: list[str]) -> EmbedResult:
+    def embed(self, texts: list[str], token_counts: list[int] | None = None) -> EmbedResult:
         """Embed all texts, or raise: EmbeddingError (nothing usable) or PoisonedInputError (partial)."""
         if not texts:
             return EmbedResult(vectors=[], tokens=0, requests=0, retries=0)
-        counts = self._validate(texts)
+        counts = self._validate(texts, token_counts)
         state = _CallState(vectors=[None] * len(texts))
         try:
             for batch in self.plan_batches(counts):
@@ -176,15 +176,18 @@ class OpenAIEmbedder:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _validate(self, texts: list[str]) -> list[int]:
-        """Refuse what the API would refuse, before any request (and before any cost)."""
+    def _validate(self, texts: list[str], known: list[int] | None = None) -> list[int]:
+        """Refuse what the API would refuse, before any request (and before any cost); `known`
+        counts stand in for counting again."""
         bad_type = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad_type:
             raise EmbeddingError(f"inputs must be strings; not at index {bad_type[:20]}")
         empty = [i for i, t in enumerate(texts) if not t]
         if empty:
             raise EmbeddingError(f"empty input at index {empty[:20]}: the embeddings API rejects empty strings")
-        counts = [count_tokens(t) for t in texts]
+        if known is not None and len(known) != len(texts):
+            raise EmbeddingError(f"{len(known)} token counts for {len(texts)} inputs")
+        counts = list(known) if known is not None else [count_tokens(t) for t in texts]
         too_long = [(i, n) for i, n in enumerate(counts) if n > MAX_EMBED_INPUT_TOKENS]
         if too_long:
             shown = ", ".join(f"#{i} ({n} tokens)" for i, n in too_long[:20])

@@ -311,7 +311,7 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
         if not missing:
             return prepaid, failures
         try:
-            result = embedder.embed([c.embed_text for c in missing])
+            result = embedder.embed([c.embed_text for c in missing], [c.token_count for c in missing])
             vectors, bad, spent = result.vectors, {}, result
         except PoisonedInputError as exc:
             vectors, spent = exc.vectors, exc

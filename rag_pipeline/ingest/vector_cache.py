@@ -36,7 +36,7 @@ def embed_missing(conn: psycopg.Connection, page: pages.Page, unique: dict[bytes
     if not missing:
         return missing, Spent()
     try:
-        result = embedder.embed([c.embed_text for c in missing])
+        result = embedder.embed([c.embed_text for c in missing], [c.token_count for c in missing])
     except PartialEmbeddingError as exc:
         # Keep what was paid for; the page itself stays on its old version.
         keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
@@ -75,7 +75,7 @@ def cache_uncached(conn: psycopg.Connection, space: spaces.Space, embedder_of: C
     if embedder is None:
         return 0, None
     try:
-        result = embedder.embed([text for _, text, _ in todo])
+        result = embedder.embed([text for _, text, _ in todo])   # stored counts may predate this chunker
     except PartialEmbeddingError as exc:
         keep_paid(conn, space, [(h, tokens) for h, _, tokens in todo], exc)
         raise

@@ -259,3 +259,27 @@ def test_shipped_config_parses() -> None:
     names = [rule.name for rule in parse_boilerplate_rules(text)]
     assert names == [rule.name for rule in default_boilerplate_rules()]
     assert {"last-updated-date", "copyright-year", "cookie-banner", "render-time", "generated-on-date"} <= set(names)
+
+
+def test_a_pass_in_which_no_rule_matched_is_the_last():
+    """The text the rules saw is tidied already: when none matched, a second pass would give them
+    the same text again, so normalization stops after one (each rule runs once per page)."""
+    from rag_pipeline.core.text import BoilerplateRule
+
+    seen = []
+
+    class Counting:
+        def __init__(self, pattern: str) -> None:
+            self.pattern = re.compile(pattern, re.MULTILINE)
+
+        def subn(self, replacement, text):
+            seen.append(text)
+            return self.pattern.subn(replacement, text)
+
+    rules = [BoilerplateRule("never", Counting(r"^never here$"))]
+    assert normalize_markdown("# Title  \r\n\n\n\nBody\n", rules) == "# Title\n\nBody"
+    assert seen == ["# Title\n\nBody"]          # once, on the tidied text
+    seen.clear()
+    footer = [BoilerplateRule("footer", Counting(r"^Footer\n?"))]
+    assert normalize_markdown("Body\n\nFooter\n\n\nMore", footer) == "Body\n\nMore"
+    assert len(seen) == 2                         # a match: once more, to reach the fixed point

@@ -282,3 +282,24 @@ def test_backoff_is_full_jitter_under_an_exponential_cap() -> None:
         cap = min(4.0, 0.5 * 2**attempt)
         assert all(0.0 <= w <= cap for w in waits)
         assert max(waits) > 0.8 * cap  # spread over the whole range, not a fixed delay
+
+
+def test_counts_the_chunker_made_stand_in_for_counting_again(monkeypatch):
+    """The batch's texts are not tokenized a second time: the counts given plan the requests and
+    check each input's limit; a count list of the wrong length is refused before any request."""
+    from rag_pipeline.embedders import openai_embedder
+
+    texts = [f"passage {n} about the heron relay" for n in range(6)]
+    with FakeOpenAI(dimensions=8) as fake:
+        embedder = OpenAIEmbedder("text-embedding-3-small", 8, api_key="sk-test", base_url=fake.base_url,
+                                  max_retries=0, max_tokens_per_request=20)
+        counted = []
+        monkeypatch.setattr(openai_embedder, "count_tokens", lambda t: counted.append(t) or 99)
+        result = embedder.embed(texts, [10] * 6)
+        assert counted == [] and len(result.vectors) == 6
+        assert [len(c.inputs) for c in fake.calls] == [2, 2, 2]     # planned by the counts given
+        with pytest.raises(EmbeddingError, match="5 token counts for 6 inputs"):
+            embedder.embed(texts, [10] * 5)
+        with pytest.raises(EmbeddingError, match="exceed 8191 tokens"):
+            embedder.embed(texts[:1], [9000])
+        assert len(fake.calls) == 3

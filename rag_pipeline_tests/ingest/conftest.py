@@ -20,9 +20,9 @@ def hash_embedded(monkeypatch):
         texts: list[str] = []
         original = HashEmbedder.embed
 
-        def counting(self, batch):
+        def counting(self, batch, token_counts=None):
             texts.extend(batch)
-            return original(self, batch)
+            return original(self, batch, token_counts)
 
         monkeypatch.setattr(HashEmbedder, "embed", counting)
         return texts

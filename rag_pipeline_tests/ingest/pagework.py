@@ -17,9 +17,9 @@ class CountingEmbedder(HashEmbedder):
         super().__init__(dimensions=64)
         self.inputs: list[str] = []
 
-    def embed(self, texts):
+    def embed(self, texts, token_counts=None):
         self.inputs.extend(texts)
-        return super().embed(texts)
+        return super().embed(texts, token_counts)
 
 
 def put(conn, url: str, text: str, status: int = 200) -> int:

@@ -84,7 +84,7 @@ def test_a_run_failure_text_with_nul_is_stored_without_it(db_conn):
 
 
 class BrokenEmbedder(HashEmbedder):
-    def embed(self, texts):
+    def embed(self, texts, token_counts=None):
         raise EmbeddingError("upstream answered 'bad\x00byte'")
 
 

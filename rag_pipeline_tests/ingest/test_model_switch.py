@@ -123,8 +123,8 @@ def _straddling_page(db_conn, database_url):
     new = _changed_during_a_build(db_conn, url, CountingEmbedder())
 
     class FlipWhileEmbedding(CountingEmbedder):
-        def embed(self, texts):
-            result = super().embed(texts)
+        def embed(self, texts, token_counts=None):
+            result = super().embed(texts, token_counts)
             with psycopg.connect(database_url, autocommit=True) as other:
                 register_vector(other)
                 model_switch.activate(other, new)

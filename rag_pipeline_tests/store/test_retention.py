@@ -33,9 +33,9 @@ class CountingEmbedder(HashEmbedder):
         super().__init__(dimensions=DIMS)
         self.inputs: list[str] = []
 
-    def embed(self, texts):
+    def embed(self, texts, token_counts=None):
         self.inputs.extend(texts)
-        return super().embed(texts)
+        return super().embed(texts, token_counts)
 
 
 class DownEmbedder(HashEmbedder):
@@ -44,7 +44,7 @@ class DownEmbedder(HashEmbedder):
     def __init__(self):
         super().__init__(dimensions=DIMS)
 
-    def embed(self, texts):
+    def embed(self, texts, token_counts=None):
         raise EmbeddingError("embedding API down")
 
 
