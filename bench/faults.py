@@ -495,11 +495,12 @@ def main() -> int:
                     return done.stdout.strip()
                 url = cli("db", "start")
                 exits.callback(lambda: cli("db", "stop"))
+                cli("db", "migrate")
                 dagster_url = cli("db", "url", "--database", "dagster")
             env = base_env(url, work / "rag_home", fake.base_url, ROOT)
             dagster_home = work / "dagster_home"
             dagster_home.mkdir()
-            shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+            shutil.copy(ROOT / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
             env.update({"DAGSTER_HOME": str(dagster_home), "DAGSTER_POSTGRES_URL": dagster_url,
                         "WEBHOOK_MAX_BODY_BYTES": str(MAX_BODY), "WEBHOOK_MAX_PAGE_BYTES": str(MAX_PAGE)})
             insert_pushes(url, scenario)
