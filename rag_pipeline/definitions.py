@@ -28,4 +28,16 @@ def defs() -> dg.Definitions:
         # beta parameters the assets use (backfill_policy), are not the user's to act on.
         for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
             warnings.simplefilter("ignore", category)
-        return tree.build_defs()
+        return _index_reads_every_site(tree.build_defs())
+
+
+def _index_reads_every_site(built: dg.Definitions) -> dg.Definitions:
+    """`index` is the whole index: its lineage comes from every `embeddings` asset, the catch-all's
+    and each site's (shard's), which only the built tree knows."""
+    from rag_pipeline.defs.index.index_asset import INDEX
+
+    keys = [spec.key for asset in built.assets or [] for spec in
+            (asset.specs if isinstance(asset, dg.AssetsDefinition) else [asset] if isinstance(asset, dg.AssetSpec) else [])]
+    embeddings = sorted((key for key in keys if key.path[-1] == "embeddings"), key=lambda k: k.to_user_string())
+    return built.map_asset_specs(
+        func=lambda spec: spec.replace_attributes(deps=embeddings) if spec.key == INDEX else spec)

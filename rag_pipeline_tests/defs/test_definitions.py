@@ -22,6 +22,17 @@ def test_asset_graph_is_pages_chunks_embeddings_and_the_index_as_a_whole():
     assert graph.get(dg.AssetKey("index")).partitions_def is None   # one view of the whole index
 
 
+def test_the_index_is_downstream_of_every_sites_embeddings(monkeypatch):
+    """With the sample site declared, `index` reads the site's `embeddings` too, not only the
+    catch-all's: the lineage shows where the index as a whole comes from."""
+    monkeypatch.setenv("SAMPLE_SITE_URL", "http://127.0.0.1:8900")
+    graph = load_defs().resolve_asset_graph()
+    assert {p.to_user_string() for p in graph.get(dg.AssetKey("index")).parent_keys} == {
+        "embeddings", "sample/embeddings"}
+    assert {p.to_user_string() for p in graph.get(dg.AssetKey(["sample", "embeddings"])).parent_keys} == {
+        "sample/chunks"}
+
+
 def test_chunks_code_version_is_the_chunker_version():
     from rag_pipeline.core.chunking import CHUNKER_VERSION
 
