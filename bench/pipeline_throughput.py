@@ -26,6 +26,11 @@ each run worker (sampled every 0.5 s), and CPU seconds by process, next to the p
 
     .venv/bin/python bench/pipeline_throughput.py [--pages 2000] [--changed-fraction 0.1]
         [--timeout 900] [--keep] [--seed 7] [--sample-queries] [--code-rev REV | --code-dir DIR]
+        [--dagster-only] [--ui]
+
+At site scale (issue 24): `--pages 100000 --dagster-only --ui --timeout 5400` loads 100,000 pages
+through the receiver and daemon alone, then prints the databases' sizes and times the UI's
+asset-page queries (bench/ui_partitions.py's documents) on the loaded instance.
 
 --code-rev runs the receiver, the daemon and the plain loop from `git archive REV` (the checkout is
 edited concurrently, and run workers import the code when they start), and migrates the databases
@@ -109,22 +114,31 @@ def is_paragraph(block: str) -> bool:
 
 
 def make_corpus(n: int, seed: int) -> list[Page]:
-    """Documentation pages, log-uniform between 300 and 5,000 tokens (docs skew small)."""
+    """Documentation pages, log-uniform between 300 and 5,000 tokens (docs skew small). Each page
+    has a generator of its own (its seed), so a large corpus is made on every core, the same pages
+    as one core would make."""
     rng = random.Random(seed)
-    pages = []
-    for i in range(n):
-        target = int(math.exp(rng.uniform(math.log(MIN_TOKENS), math.log(MAX_TOKENS))))
-        blocks = PageGenerator(seed * 100_003 + i).page(target)
-        # page() stops at the first section past the target: drop trailing blocks not needed to
-        # reach it, and cut back to the upper bound.
-        sizes = [count_tokens(b) + 1 for b in blocks]
-        while len(blocks) > 3 and sum(sizes[:-1]) >= target:
-            blocks.pop(), sizes.pop()
-        while len(blocks) > 3 and sum(sizes) > MAX_TOKENS:
-            blocks.pop(), sizes.pop()
-        url = f"https://docs.example.com/guide/{i:05d}"
-        pages.append(Page(url, normalize_url(url), blocks, count_tokens(render(blocks))))
-    return pages
+    targets = [int(math.exp(rng.uniform(math.log(MIN_TOKENS), math.log(MAX_TOKENS)))) for _ in range(n)]
+    jobs = [(seed, i, targets[i]) for i in range(n)]
+    if n < 5_000:
+        return [_make_page(job) for job in jobs]
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(os.cpu_count() or 1) as pool:
+        return pool.map(_make_page, jobs, chunksize=500)
+
+
+def _make_page(job: tuple[int, int, int]) -> Page:
+    seed, i, target = job
+    blocks = PageGenerator(seed * 100_003 + i).page(target)
+    # page() stops at the first section past the target: drop trailing blocks not needed to
+    # reach it, and cut back to the upper bound.
+    sizes = [count_tokens(b) + 1 for b in blocks]
+    while len(blocks) > 3 and sum(sizes[:-1]) >= target:
+        blocks.pop(), sizes.pop()
+    while len(blocks) > 3 and sum(sizes) > MAX_TOKENS:
+        blocks.pop(), sizes.pop()
+    url = f"https://docs.example.com/guide/{i:05d}"
+    return Page(url, normalize_url(url), blocks, count_tokens(render(blocks)))
 
 
 def edit_paragraphs(pages: list[Page], fraction: float, seed: int) -> dict[str, list[str]]:
@@ -843,9 +857,45 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
             out[name] = (phase, stats)
         out["rss"] = (monitor.by_role(), monitor.peak_total)
         out["tick_interval"] = _tick_intervals(dagster_url)
+        out["sizes"] = {"index database": _database_size(url), "dagster database": _database_size(dagster_url)}
+        if args.ui:
+            out["ui"] = ui_times(home, env, code, len(pages))
         if not daemon.alive():
             raise BenchFailure(f"dagster-daemon exited during the bench:\n{daemon.tail()}")
     return out
+
+
+def _database_size(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+
+
+def ui_times(home: Path, env: dict[str, str], code: Path, pages: int, warm: int = 3) -> dict[str, tuple[float, float]]:
+    """The UI's asset-page queries on the loaded instance, as bench/ui_partitions.py makes them
+    (its documents from dagster-webserver's own UI): the lineage's live data of the catch-all's
+    assets, and the `pages` partition health bar. (cold s, warm median s) each."""
+    import statistics
+
+    from bench import ui_partitions as ui
+
+    (home / "workspace.yaml").write_text(
+        (code / "workspace.yaml").read_text().replace("working_directory: .", f"working_directory: {code}"))
+    graph = [{"path": ["index"]}] + [{"path": [step]} for step in ("pages", "chunks", "embeddings")]
+    ui.EXPECTED.clear()
+    ui.EXPECTED.update({"PartitionHealthQuery": pages, "AssetGraphLiveQuery": pages})
+    queries = [("lineage", "AssetGraphLiveQuery", ui.ASSET_GRAPH_LIVE_QUERY, [{"assetKeys": graph}]),
+               ("health", "PartitionHealthQuery", ui.PARTITION_HEALTH_QUERY, [{"assetKey": {"path": ["pages"]}}])]
+    server = ui.Webserver(home, env, "ui")
+    times = {}
+    try:
+        times["location load"] = (server.wait_loaded(), 0.0)
+        for what, op, document, variables in queries:
+            cold = server.query_batches(op, document, variables)[0]
+            times[what] = (cold, statistics.median(server.query_batches(op, document, variables)[0]
+                                                   for _ in range(warm)))
+    finally:
+        server.stop()
+    return times
 
 
 _LOG_EVENTS = (
@@ -1203,6 +1253,11 @@ def main() -> int:
     parser.add_argument("--sample-queries", action="store_true",
                         help="sample pg_stat_activity every 50 ms and print where the database's time goes "
                              "(diagnosis; adds a little load)")
+    parser.add_argument("--dagster-only", action="store_true",
+                        help="the Dagster path alone, no plain loop beside it (a 100,000-page run: the loop "
+                             "would double its hour)")
+    parser.add_argument("--ui", action="store_true",
+                        help="time the UI's asset-page queries on the loaded instance at the end")
     parser.add_argument("--plain-loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_loop:
@@ -1246,7 +1301,8 @@ def main() -> int:
             print(f"dagster.yaml: {instance_settings(instance_yaml(code))}")
             dag = run_dagster(pages, initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
             print(f"dagster path done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-            plain = run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, work, code)
+            plain = None if args.dagster_only else run_plain(initial, recrawl, expected_initial, expected_recrawl,
+                                                             fake, args, work, code)
         status = report(dag, plain, len(changed), version, frozen=bool(args.code_rev or args.code_dir))
     except BenchFailure as exc:
         print(f"\nFAILED: {exc}", flush=True)
@@ -1270,6 +1326,10 @@ def report(dag: dict, plain: dict, changed: int, version: str, frozen: bool) -> 
         print_phase(phase)
         d = print_dagster_runs(stats, phase)
         d["runs"] = len(stats.batch_runs)
+        if plain is None:
+            figures[name] = (phase, stats, None)
+            print()
+            continue
         pphase, lines = plain[name]
         print(f"== plain loop, {name} ==")
         print_phase(pphase)
@@ -1284,14 +1344,29 @@ def report(dag: dict, plain: dict, changed: int, version: str, frozen: bool) -> 
         n, top = roles[role]
         print(f"  {role:12} {mib(top):>9} (max of {n} process{'es' if n > 1 else ''})")
     print(f"  daemon tree  {mib(total):>9} (peak of the sum)")
-    proles, ptotal = plain["rss"]
-    print(f"  plain loop   {mib(proles.get('plain loop', (0, 0))[1]):>9}")
+    if plain is not None:
+        proles, ptotal = plain["rss"]
+        print(f"  plain loop   {mib(proles.get('plain loop', (0, 0))[1]):>9}")
     intervals = dag["tick_interval"]
     if intervals:
         print(f"  delivery_sensor tick interval: median {percentile(intervals, 50):.1f} s, max {max(intervals):.1f} s")
 
+    print("== sizes at the end ==")
+    for name, size in dag["sizes"].items():
+        print(f"  {name:17} {size / 1e6:>10,.1f} MB")
+    if "ui" in dag:
+        print("== the UI's asset pages on the loaded instance (dagster-webserver, its own queries) ==")
+        for what, (cold, warm) in dag["ui"].items():
+            print(f"  {what:14} {cold:6.2f} s" + (f" cold, {warm:.2f} s warm (median of 3)" if what != "location load" else ""))
     d0, s0, p0 = figures["initial load"]
     d1, s1, p1 = figures["recrawl"]
+    if p0 is None:
+        p95 = percentile(d0.latency_db, 95)
+        print(f"\n  initial load: {d0.watched:,} pages searchable in {d0.searchable_s / 60:.1f} min "
+              f"({d0.pages_per_min:.0f} pages/min) in {len(s0.batch_runs)} runs; recrawl p95 "
+              f"{percentile(d1.latency_db, 95):.1f} s in {len(s1.batch_runs)} runs")
+        print(f"THROUGHPUT dagster={d0.pages_per_min:.0f} pages/min plain=- ratio=- searchable_p95={p95:.1f} s")
+        return 0
     ratio = d0.pages_per_min / p0.pages_per_min
     p95 = percentile(d0.latency_db, 95)
     runs_changed = len(s1.batch_runs) / max(changed, 1) * 1000
