@@ -177,11 +177,11 @@ def test_a_page_with_nul_bytes_is_indexed_without_them(stack, conn):
     assert len(fake.inputs) == embedded
 
 
-def _keep_text_out(mark):
+def _keep_text_out(mark_many):
     """Routing without the text it normalized (the run normalizes the stored body itself)."""
-    def without_text(conn, delivery_id, outcome, **kwargs):
-        kwargs.pop("text", None)
-        return mark(conn, delivery_id, outcome, **kwargs)
+    def without_text(conn, rows):
+        return mark_many(conn, [(i, outcome, url, error, None, digest, at)
+                                for i, outcome, url, error, _text, digest, at in rows])
     return without_text
 
 
@@ -190,8 +190,8 @@ def test_text_postgres_refuses_fails_the_run_once_and_is_not_retried(stack, conn
     # Routing and the chunker made unable to clean the text (what any such gap would do): the
     # run's first write of it, the page's source text, is refused by PostgreSQL.
     monkeypatch.setattr("rag_pipeline.ingest.routing.normalize_markdown", lambda text, *a, **k: text)
-    monkeypatch.setattr("rag_pipeline.ingest.routing.deliveries.mark",
-                        _keep_text_out(deliveries.mark))
+    monkeypatch.setattr("rag_pipeline.ingest.routing_writes.deliveries.mark_many",
+                        _keep_text_out(deliveries.mark_many))
     monkeypatch.setattr("rag_pipeline.ingest.indexing.normalize_markdown", lambda text, *a, **k: text)
     deliver(base, URL, PAGE_WITH_NUL)
     pipeline.tick(expect_success=False)
