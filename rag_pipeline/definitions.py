@@ -11,6 +11,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.components.site_component import declared_sites, external_sites
+from rag_pipeline.core.location_holds import Holds
+from rag_pipeline.settings import holds_at_load
+
 # Dagster 1.13 passes `owners` itself each time it copies a sensor (binding resources, evaluating a
 # tick), set or not, and warns that the parameter is in beta: eight lines a start in the daemon's
 # log, nothing of ours to act on.
@@ -28,7 +32,55 @@ def defs() -> dg.Definitions:
         # beta parameters the assets use (backfill_policy), are not the user's to act on.
         for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
             warnings.simplefilter("ignore", category)
-        return _index_reads_every_site(tree.build_defs())
+        built = tree.build_defs()
+        built = dg.Definitions.merge(built, *(site.definitions() for site in external_sites() if site.enabled))
+        built = _index_reads_every_site(built)
+    return held_by_location(built, holds_at_load())
+
+
+# Every location applies the batches of the pages it holds, and routes deliveries (one router at a
+# time: ingest/routing.py). The rest of what is not a site's own is `main`'s.
+EVERY_LOCATION = {"index_batch", "delivery_sensor", "delivery_failure_sensor", "rechunk_sensor"}
+
+
+def held_by_location(built: dg.Definitions, holds: Holds) -> dg.Definitions:
+    """What this code location serves of the whole project (LOCATION_HOLDS): its sites' (or
+    shards') assets, discovery job and sensor, and `main`'s catch-all and index-wide objects."""
+    if holds.everything:
+        return built
+    sites = {spec.name: spec.shards for spec, _ in declared_sites()}
+    holds.check_against(sites)
+
+    def key_held(key: dg.AssetKey) -> bool:
+        site = key.path[0] if len(key.path) > 1 and key.path[0] in sites else None
+        if site is None:
+            return holds.holds_main()
+        if key.path[-1] == "discovery":
+            return holds.holds_site(site)
+        shard = int(key.path[1].removeprefix("shard_")) if len(key.path) == 3 else None
+        return holds.holds_page(site, shard)
+
+    def named_held(name: str) -> bool:
+        if name in EVERY_LOCATION:
+            return True
+        site = next((s for s in sites if name in (f"{s}_discovery", f"{s}_discovery_sensor")), None)
+        return holds.holds_site(site) if site else holds.holds_main()
+
+    def asset_held(asset) -> bool:
+        keys = asset.keys if isinstance(asset, dg.AssetsDefinition) else {asset.key}
+        return any(key_held(key) for key in keys)
+
+    return dg.Definitions(
+        assets=[a for a in built.assets or [] if asset_held(a)],
+        asset_checks=[c for c in built.asset_checks or [] if any(key_held(k.asset_key) for k in c.check_keys)],
+        jobs=[j for j in built.jobs or [] if named_held(j.name)],
+        sensors=[s for s in built.sensors or [] if named_held(s.name)],
+        schedules=[s for s in built.schedules or [] if holds.holds_main()],
+        resources=built.resources,
+        executor=built.executor,
+        loggers=built.loggers,
+        metadata=built.metadata,
+    )
 
 
 def _index_reads_every_site(built: dg.Definitions) -> dg.Definitions:

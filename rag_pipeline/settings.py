@@ -203,6 +203,12 @@ class Settings(BaseSettings):
     # How often each site's discovery sensor looks whether a reading is due (its cadence is the site's).
     discovery_interval_s: int = Field(default=60, alias="DISCOVERY_INTERVAL_S", ge=1)
     cadence_file: Path | None = Field(default=None, alias="CADENCE_FILE")
+    # Sites declared outside the package: a folder of `<name>.yaml` files in a site's defs.yaml form
+    # (a Kubernetes ConfigMap, say), so a deployment adds sites without building a new image.
+    sites_dir: Path | None = Field(default=None, alias="SITES_DIR")
+    # What this code location serves, when sites are spread over several locations (and hosts):
+    # `all`, or `main` (the catch-all and the index-wide objects), site names, `site:shard`.
+    location_holds: str = Field(default="all", alias="LOCATION_HOLDS")
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
     # Adaptive cadence: pushes a day for all pages (unset: CADENCE_BUDGET_SHARE of what the rules'
     # intervals would push), how often recrawl_sensor re-derives the cadences, observations per page.
@@ -259,6 +265,20 @@ class Settings(BaseSettings):
     def _networks(cls, value: str) -> str:
         parse_networks(value)   # a bad entry is refused when settings load, not at the first fetch
         return value
+
+    @field_validator("location_holds")
+    @classmethod
+    def _holds(cls, value: str) -> str:
+        from rag_pipeline.core.location_holds import parse_holds
+
+        parse_holds(value)
+        return value
+
+    def holds(self):
+        """What this code location serves (core/location_holds.Holds)."""
+        from rag_pipeline.core.location_holds import parse_holds
+
+        return parse_holds(self.location_holds)
 
     def allowed_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.crawler_allow_networks)
@@ -330,6 +350,19 @@ def at_load(field: str):
         return getattr(load_settings(), field)
     except SettingsError:
         return Settings.model_fields[field].default
+
+
+def holds_at_load():
+    """LOCATION_HOLDS, which decides what the code location defines. Unlike `at_load`, a bad value
+    fails the load: a location fallen back to `all` would serve every site a second time."""
+    from rag_pipeline.core.location_holds import parse_holds
+
+    try:
+        return load_settings().holds()
+    except SettingsError as exc:
+        if "LOCATION_HOLDS" in str(exc):
+            raise
+        return parse_holds(os.environ.get("LOCATION_HOLDS", "all"))   # another setting's error fails the ticks
 
 
 def load_settings(overrides: Mapping[str, object] | None = None) -> Settings:

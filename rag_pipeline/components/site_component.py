@@ -6,10 +6,12 @@ shard's), plus the sensor that reads the site on its cadence.
 No `from __future__ import annotations` here: Dagster's resolver reads these annotations at run time.
 """
 
+from pathlib import Path
 from typing import Optional
 
 import dagster as dg
-from pydantic import Field, PrivateAttr
+import yaml
+from pydantic import Field, PrivateAttr, ValidationError
 
 from rag_pipeline.core.site_spec import PARTITION_CEILING, SiteError, SiteSpec
 from rag_pipeline.crawl.cadence_rules import CadenceError, CadenceRules, format_interval, parse_interval
@@ -118,11 +120,16 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         if not self.enabled:
             return dg.Definitions()
+        return self.definitions(context.path.name)
+
+    def definitions(self, folder: Optional[str] = None) -> dg.Definitions:
+        """The site's discovery asset, job and sensor, and its page assets on each shard."""
         from rag_pipeline.defs.index.assets import embedder_kind, page_assets
         from rag_pipeline.defs.index.partitions import partitions_def
         from rag_pipeline.components.discovery_asset import discovery_asset, discovery_sensor
+        from rag_pipeline.settings import at_load
 
-        spec = self.spec(context.path.name)
+        spec = self.spec(folder)
         rules = self.cadence_rules(spec.name)
         group = f"site_{spec.name}"
         discovery = discovery_asset(spec, rules, group)
@@ -134,10 +141,35 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                                   embedder_kind=kind, upstream=discovery.key)
         job = dg.define_asset_job(f"{spec.name}_discovery", selection=[discovery.key],
                                   description=f"Read {spec.name}'s robots.txt and sitemaps now.")
-        from rag_pipeline.settings import at_load
-
         return dg.Definitions(assets=assets, jobs=[job],
                               sensors=[discovery_sensor(spec, job, at_load("discovery_interval_s"))])
+
+
+def sites_from_dir(folder: Path) -> list[SiteComponent]:
+    """The sites of SITES_DIR: each `<name>.yaml` in a site's defs.yaml form (`attributes:`, plain
+    values: no templates), named by the file unless it sets `name`."""
+    if not folder.is_dir():
+        raise SiteError(f"SITES_DIR {folder} is not a folder")
+    found = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            document = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SiteError(f"{path}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(document, dict) or not isinstance(document.get("attributes", {}), dict):
+            raise SiteError(f"{path}: expected a mapping with `attributes:`, as in a site's defs.yaml")
+        kind = document.get("type", "rag_pipeline.components.SiteComponent")
+        if kind.rsplit(".", 1)[-1] != SiteComponent.__name__:
+            raise SiteError(f"{path}: type {kind!r}: only SiteComponent files belong in SITES_DIR")
+        try:
+            component = SiteComponent.model_validate(document.get("attributes") or {})
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise SiteError(f"{path}: {where}: {problem['msg']}") from None
+        component._folder = path.stem
+        found.append(component)
+    return found
 
 
 def describe(spec: SiteSpec) -> str:
@@ -153,16 +185,24 @@ def declared_sites() -> list[tuple[SiteSpec, Optional[CadenceRules]]]:
     the definitions are built from, loaded but not built."""
     import importlib
     import warnings
-    from pathlib import Path
 
     with warnings.catch_warnings():
         for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
             warnings.simplefilter("ignore", category)
         tree = dg.ComponentTree(defs_module=importlib.import_module("rag_pipeline.defs"),
                                 project_root=Path(__file__).resolve().parents[2])
-        found = []
-        for component in tree.get_all_components(of_type=SiteComponent):
-            if component.enabled:
-                spec = component.spec()
-                found.append((spec, component.cadence_rules(spec.name)))
+        components = [*tree.get_all_components(of_type=SiteComponent), *external_sites()]
+    found = []
+    for component in components:
+        if component.enabled:
+            spec = component.spec()
+            found.append((spec, component.cadence_rules(spec.name)))
     return sorted(found, key=lambda pair: pair[0].name)
+
+
+def external_sites() -> list[SiteComponent]:
+    """SITES_DIR's sites, if it is set."""
+    from rag_pipeline.settings import at_load
+
+    folder = at_load("sites_dir")
+    return sites_from_dir(Path(folder)) if folder else []

@@ -28,6 +28,8 @@ __all__ = ["PARTITION_CEILING", "SiteError", "SiteSpec", "SiteScope", "shard_of"
 PARTITION_CEILING = 100_000
 CATCH_ALL_PARTITIONS = "pages"
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+# Words of LOCATION_HOLDS (core/location_holds.py), which would be ambiguous as site names.
+RESERVED_NAMES = frozenset({"all", "main"})
 
 
 class SiteError(ValueError):
@@ -58,6 +60,8 @@ class SiteSpec:
         if not _NAME.fullmatch(self.name):
             raise SiteError(f"site name {self.name!r}: use lower-case letters, digits and _ "
                             "(starting with a letter, at most 40): it becomes asset keys and partition names")
+        if self.name in RESERVED_NAMES:
+            raise SiteError(f"site name {self.name!r} is reserved (LOCATION_HOLDS uses it): choose another")
         for what, urls in (("sitemaps", self.sitemaps), ("seeds", self.seeds)):
             for url in urls:
                 try:

@@ -9,8 +9,9 @@ import psycopg
 from psycopg.rows import class_row
 
 from rag_pipeline.core.batch_sizing import WorkItem
+from rag_pipeline.core.location_holds import Holds
 from rag_pipeline.core.text import storable
-from rag_pipeline.store import db
+from rag_pipeline.store import db, pages
 
 # One statement, shared by the async receiver and the sync helpers, so both store the same row.
 INSERT_DELIVERY = """
@@ -48,9 +49,18 @@ def insert(conn: psycopg.Connection, **row) -> int | None:
     return found[0] if found else None
 
 
+# Any constant works; it only has to differ from other advisory locks of this database.
+ROUTING_LOCK_KEY = 0x5241_4752
+
+
 def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
-    """The oldest deliveries nobody routed yet, locked so two sensor ticks never route one twice."""
+    """The oldest deliveries nobody routed yet, locked so two sensor ticks never route one twice.
+
+    One router at a time, until its transaction ends: with several code locations each
+    delivery_sensor routes, and two chunks routed side by side could each read a page before the
+    other's writes (newest crawl wins needs them in turn). The wait is one chunk at most."""
     db.require_transaction(conn, "deliveries.claim_unrouted")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (ROUTING_LOCK_KEY,))
     with conn.cursor(row_factory=class_row(Delivery)) as cur:
         cur.execute(
             f"SELECT {_COLUMNS} FROM deliveries WHERE processed_at IS NULL"
@@ -223,17 +233,19 @@ def claim_due_retries(conn: psycopg.Connection, limit: int) -> int:
     return len(rows)
 
 
-def queued_work(conn: psycopg.Connection, limit: int) -> list[WorkItem]:
+def queued_work(conn: psycopg.Connection, limit: int, holds: Holds | None = None) -> list[WorkItem]:
     """The newest queued delivery of each page no live batch holds, oldest first: what the next
-    batches apply (a batch applies a page's newest queued delivery anyway)."""
+    batches apply (a batch applies a page's newest queued delivery anyway). `holds`: only the
+    pages of this code location's sites (LOCATION_HOLDS); unset, every page."""
+    held, params = pages.held_clause(holds)
     rows = conn.execute(
         "SELECT q.page_url, q.id, q.attempts, coalesce(q.text_chars, 0) FROM"
         " (SELECT DISTINCT ON (page_url) page_url, id, attempts, text_chars FROM deliveries"
         "  WHERE outcome = 'queued' ORDER BY page_url, id DESC) q"
         " JOIN pages p ON p.url = q.page_url"
-        " WHERE p.leased_until IS NULL OR p.leased_until <= now()"
-        " ORDER BY q.id LIMIT %s",
-        (limit,),
+        f" WHERE (p.leased_until IS NULL OR p.leased_until <= now()) AND {held}"
+        " ORDER BY q.id LIMIT %(limit)s",
+        {**params, "limit": limit},
     ).fetchall()
     return [WorkItem(*row) for row in rows]
 

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from rag_pipeline.core.batch_sizing import WorkItem
+from rag_pipeline.core.location_holds import Holds
 from rag_pipeline.store import db
 
 
@@ -232,17 +233,32 @@ def release_batch(conn: psycopg.Connection, batch_key: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def outdated_work(conn: psycopg.Connection, signature: str, limit: int) -> list[WorkItem]:
+def outdated_work(conn: psycopg.Connection, signature: str, limit: int,
+                  holds: Holds | None = None) -> list[WorkItem]:
     """Live, indexed pages cut by another chunker version or budget that no batch holds, oldest
-    change first: the next re-chunk batches (their stored text is all they need)."""
+    change first: the next re-chunk batches (their stored text is all they need). `holds`: only
+    this code location's pages."""
+    held, params = held_clause(holds)
     rows = conn.execute(
-        "SELECT url, length(source_text) FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
-        " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %s"
-        " AND (leased_until IS NULL OR leased_until <= now())"
-        " ORDER BY last_changed_at NULLS FIRST, url LIMIT %s",
-        (signature, limit),
+        "SELECT url, length(source_text) FROM pages p WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
+        " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %(signature)s"
+        f" AND (leased_until IS NULL OR leased_until <= now()) AND {held}"
+        " ORDER BY last_changed_at NULLS FIRST, url LIMIT %(limit)s",
+        {**params, "signature": signature, "limit": limit},
     ).fetchall()
     return [WorkItem(url, 0, 0, chars or 0) for url, chars in rows]
+
+
+def held_clause(holds: Holds | None, alias: str = "p") -> tuple[str, dict]:
+    """A condition on `pages` (as `alias`) that holds for the pages a code location serves."""
+    if holds is None or holds.everything:
+        return "true", {}
+    shard_sites, shard_numbers = zip(*sorted(holds.shards)) if holds.shards else ((), ())
+    return (f"(({alias}.site IS NULL AND %(held_main)s) OR {alias}.site = ANY(%(held_sites)s)"
+            f" OR ({alias}.site, coalesce({alias}.shard, 0)) IN"
+            "  (SELECT * FROM unnest(%(held_shard_sites)s::text[], %(held_shard_numbers)s::int[])))",
+            {"held_main": holds.main, "held_sites": sorted(holds.sites),
+             "held_shard_sites": list(shard_sites), "held_shard_numbers": list(shard_numbers)})
 
 
 # -- per-page advisory locks: two batch runs never apply one page at once ------------------------

@@ -60,10 +60,14 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         retried = deliveries.claim_due_retries(conn, current.sensor_batch_size)
         # Every queued page no live batch holds, whether routed now, due for a retry, or freed by
         # the reconciler or an ended lease: nothing depends on one tick succeeding.
-        work = deliveries.queued_work(conn, current.sensor_batch_size)
+        # With sites spread over code locations (LOCATION_HOLDS), only this location's pages:
+        # its runs execute beside its code server.
+        holds = current.holds()
+        work = deliveries.queued_work(conn, current.sensor_batch_size, holds)
         requests = request_batches(conn, work, current)
-        # Around a bulk load: the HNSW index makes way while a large backlog is written.
-        rebuild, upkeep = index_upkeep(context.instance, conn, current)
+        # Around a bulk load: the HNSW index makes way while a large backlog is written (`main`'s
+        # duty alone: the index is one for every location).
+        rebuild, upkeep = index_upkeep(context.instance, conn, current) if holds.holds_main() else (None, None)
         urls = sorted({url for r in requests for url in pages_of(r)})
         settled_urls = {s.page_url for s in routed.settled} | set(routed.redirects)
         located = pages.locations(conn, [*urls, *settled_urls]) if urls or settled_urls else {}
@@ -149,7 +153,7 @@ def rechunk_sensor(
         # answers must not make a local index due for a re-cut.
         max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
         signature = chunker_signature(max_tokens, overlap_tokens)
-        work = pages.outdated_work(conn, signature, current.sensor_batch_size)
+        work = pages.outdated_work(conn, signature, current.sensor_batch_size, current.holds())
         requests = request_batches(conn, work, current, rechunk=True, tags={"rag/chunker": signature})
     if not requests:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
