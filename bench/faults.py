@@ -404,7 +404,7 @@ def settled(conn, dconn) -> tuple[bool, str]:
     return not any(waiting) and not leased and not busy, state
 
 
-def expected_state(scenario: Scenario, acknowledged: set[str]) -> dict[int, Crawl]:
+def expected_state(scenario, acknowledged: set[str]) -> dict[int, Crawl]:
     """Each page's newest acknowledged crawl with content or a tombstone (push order)."""
     newest: dict[int, Crawl] = {}
     for c in scenario.crawls:   # in push order
@@ -413,14 +413,16 @@ def expected_state(scenario: Scenario, acknowledged: set[str]) -> dict[int, Craw
     return newest
 
 
-def check_index(conn, scenario: Scenario, acknowledged: set[str], settings: Settings) -> dict:
+def check_index(conn, scenario, acknowledged: set[str], settings: Settings, url_of=page_url) -> dict:
+    """Each page's index against a clean rebuild of its newest acknowledged crawl (`url_of`: a
+    crawl's page number → its URL), and the duplicates: the figures and a few examples."""
     rules = default_boilerplate_rules()
     active = spaces.active(conn)
     max_tokens, overlap = indexing_chunk_budget(settings, active)
     figures = Counter()
     examples: list[str] = []
     for p, crawl in sorted(expected_state(scenario, acknowledged).items()):
-        key = normalize_url(page_url(p))
+        key = normalize_url(url_of(p))
         row = conn.execute("SELECT page_id, source_hash, indexed_hash, deleted_at IS NOT NULL FROM pages WHERE url = %s",
                            (key,)).fetchone()
         chunks = conn.execute(

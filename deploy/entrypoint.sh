@@ -4,6 +4,7 @@
 #   receiver      the webhook receiver (rag-pipeline webhook)            :8800  GET /healthz
 #   query-api     the query API (rag-pipeline serve)                     :8810  GET /healthz
 #   code-server   the Dagster code location over gRPC (dagster api grpc) :4000  grpc-health-check
+#                 (named DAGSTER_LOCATION_NAME, default rag_pipeline; LOCATION_HOLDS picks its sites)
 #   webserver     the Dagster UI (dagster-webserver)                     :3000  GET /server_info
 #   daemon        sensors, schedules, run queue, run monitoring (dagster-daemon run)
 #   healthcheck   probe the role this container was started as (Docker HEALTHCHECK)
@@ -77,7 +78,7 @@ case "$role" in
         ;;
     code-server)
         record_role code-server
-        exec dagster api grpc --module-name rag_pipeline.definitions --location-name rag_pipeline \
+        exec dagster api grpc --module-name rag_pipeline.definitions --location-name "${DAGSTER_LOCATION_NAME:-rag_pipeline}" \
             --host 0.0.0.0 --port "$DAGSTER_GRPC_PORT" "$@"
         ;;
     webserver)
@@ -103,7 +104,7 @@ case "$role" in
         esac
         ;;
     help|--help|-h)
-        sed -n '2,11p' "$0"
+        sed -n '2,12p' "$0"
         ;;
     *)
         exec "$role" "$@"

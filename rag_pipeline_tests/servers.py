@@ -14,8 +14,9 @@ import uvicorn
 class LoopbackServer:
     """uvicorn on a socket bound to 127.0.0.1:0 before start, so there is no port race."""
 
-    def __init__(self, app, *, lifespan: str = "on", name: str = "loopback"):
+    def __init__(self, app, *, lifespan: str = "on", name: str = "loopback", host: str = "127.0.0.1"):
         self.app = app
+        self.host = host   # another address only where loopback is not shared (bench/multihost.py)
         self.lifespan = lifespan
         self.name = name
         self.port = 0
@@ -25,12 +26,12 @@ class LoopbackServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 20.0) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((self.host, 0))
         self._socket, self.port = sock, sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan=self.lifespan,
                                 timeout_graceful_shutdown=2)

@@ -228,3 +228,26 @@ def test_a_tick_past_its_routing_budget_sends_what_it_routed_and_leaves_the_rest
     second = pipeline.tick()
     assert sorted(first.partitions + second.partitions) == sorted(url(n) for n in range(40))
     assert conn.execute("SELECT count(*) FROM deliveries WHERE outcome = 'embedded'").fetchone()[0] == 40
+
+
+def test_a_batch_another_reconciler_is_settling_is_left_to_it(stack, conn, database_url, monkeypatch):
+    """Every code location's delivery_sensor reconciles (LOCATION_HOLDS): a batch locked by one of
+    them is skipped by the others, so its pages are freed, and its run failed, once."""
+    import psycopg
+
+    from rag_pipeline.defs.index.reconciler import reconcile
+    from rag_pipeline.settings import load_settings
+    from rag_pipeline.store import batch_leases
+
+    base, fake, pipeline = stack
+    deliver(base, url(1), page(1))
+    (request,) = pipeline.tick(execute=False).result.run_requests
+    key = request.tags["rag/batch"]
+    conn.execute("UPDATE batches SET requested_at = now() - interval '1 hour'")   # never launched
+    with psycopg.connect(database_url) as other, other.transaction():
+        assert batch_leases.claim_open(other, key)    # another location's reconciler has it now
+        assert reconcile(pipeline.instance, conn, load_settings())["freed_batches"] == 0
+        assert conn.execute("SELECT ended_at FROM batches").fetchone() == (None,)
+    done = reconcile(pipeline.instance, conn, load_settings())
+    assert done["freed_batches"] == 1 and done["freed_pages"] == 1
+    assert reconcile(pipeline.instance, conn, load_settings())["freed_batches"] == 0   # ended: once

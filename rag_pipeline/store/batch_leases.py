@@ -34,6 +34,13 @@ def beat(conn: psycopg.Connection, batch_key: str) -> None:
     conn.execute("UPDATE batches SET heartbeat_at = now() WHERE batch_key = %s AND ended_at IS NULL", (batch_key,))
 
 
+def claim_open(conn: psycopg.Connection, batch_key: str) -> bool:
+    """Lock an open batch for this transaction; False when it has ended, or another reconciler
+    (another code location's delivery_sensor) holds it now."""
+    return conn.execute("SELECT 1 FROM batches WHERE batch_key = %s AND ended_at IS NULL FOR UPDATE SKIP LOCKED",
+                        (batch_key,)).fetchone() is not None
+
+
 def end(conn: psycopg.Connection, batch_key: str, reason: str) -> None:
     conn.execute("UPDATE batches SET ended_at = now(), end_reason = %s WHERE batch_key = %s AND ended_at IS NULL",
                  (reason[:1000], batch_key))

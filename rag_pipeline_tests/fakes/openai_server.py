@@ -130,7 +130,9 @@ class FakeOpenAI:
         max_input_tokens: int = 8191,
         max_request_tokens: int = 300_000,
         chat_context_tokens: int = 128_000,
+        host: str = "127.0.0.1",
     ) -> None:
+        self.host = host   # another address only where hosts share no loopback (bench/multihost.py)
         self.dimensions = dimensions
         self.api_key = api_key  # None: any non-empty bearer token is accepted
         self.models = set(models) if models is not None else None
@@ -158,12 +160,12 @@ class FakeOpenAI:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> None:
-        """Serve on 127.0.0.1 with an ephemeral port, in a daemon thread; return once listening."""
+        """Serve on `host` (127.0.0.1) with an ephemeral port, in a daemon thread; return once listening."""
         self._stopping.clear()
-        self._server = LoopbackServer(self.app, lifespan="off", name="fake-openai")
+        self._server = LoopbackServer(self.app, lifespan="off", name="fake-openai", host=self.host)
         self._server.start()
         self.port = self._server.port
 

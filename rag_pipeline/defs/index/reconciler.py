@@ -69,12 +69,16 @@ def reconcile(instance: dg.DagsterInstance, conn: psycopg.Connection, settings) 
         decision = verdict(view, limits(settings))
         if decision.action == "wait":
             continue
-        if decision.action == "fail" and run is not None:
-            instance.report_run_failed(run, message=f"batch {batch.batch_key}: {decision.reason}; its pages "
-                                                     "go into a new batch")
-            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-            done["runs_failed"] += 1
-        freed = free_batch(conn, batch.batch_key, decision.reason, settings, charge=decision.charge)
+        with conn.transaction():
+            # Every code location reconciles: one of them settles each batch, and fails its run once.
+            if not batch_leases.claim_open(conn, batch.batch_key):
+                continue
+            if decision.action == "fail" and run is not None:
+                instance.report_run_failed(run, message=f"batch {batch.batch_key}: {decision.reason}; its pages "
+                                                         "go into a new batch")
+                instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+                done["runs_failed"] += 1
+            freed = free_batch(conn, batch.batch_key, decision.reason, settings, charge=decision.charge)
         done["freed_batches"] += 1
         done["freed_pages"] += len(freed)
         log.warning("batch %s: %s; %d page(s) freed", batch.batch_key, decision.reason, len(freed))
