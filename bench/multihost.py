@@ -162,7 +162,8 @@ class Host:
         for pid in self.pids():
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+                parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                if b"spawn_main" in cmdline and b"grpc" in Path(f"/proc/{parent}/cmdline").read_bytes():
                     count += 1
             except OSError:
                 pass
