@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 
-from bench.faults import Crawl, check_index, settled  # noqa: E402
+from bench.faults import Crawl, check_index, page_text, settled  # noqa: E402
 from bench.pipeline_throughput import BIN, BenchFailure, Service  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline.store import embedded  # noqa: E402
@@ -76,14 +76,6 @@ LOCATION_TAG = "dagster/code_location"   # the location a run was launched from,
 def page_url(n: int) -> str:
     """Pages alternate between the two sites."""
     return f"https://{SITES[n % 2]}.example.com/docs/{n}"
-
-
-def page_text(rng: random.Random, n: int, version: int) -> str:
-    sections = []
-    for s in range(rng.randint(2, 5)):
-        words = " ".join(f"w{rng.randrange(5000)}" for _ in range(rng.randint(60, 200)))
-        sections.append(f"## Section {s} of page {n}\n\nVersion {version} of section {s}: {words}.")
-    return f"# Page {n}\n\n" + "\n\n".join(sections)
 
 
 # -- hosts ---------------------------------------------------------------------------------------
