@@ -1,7 +1,7 @@
 """Run a command with SIGINT and SIGTERM at their defaults.
 
 A job started in the background of a non-interactive shell (a supervisor, CI, `make run &`)
-inherits SIGINT ignored, and `dagster dev` maps SIGTERM to its SIGINT handling, so it would
+inherits SIGINT ignored, and `dg dev` (`dagster dev`) maps SIGTERM to its SIGINT handling, so it would
 ignore both and outlive `make run`. exec keeps the pid, so the caller's kill still reaches it.
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make run`: embedded database, webhook receiver, and `dagster dev` on workspace.yaml.
-# Job control (-m) so that `dagster dev` gets our SIGTERM on exit.
+# `make run`: embedded database, webhook receiver, and `dg dev` on workspace.yaml.
+# Job control (-m) so that `dg dev` gets our SIGTERM on exit.
 set -euo pipefail
 set -m
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ cleanup() {
   # short and orphan what it has not stopped yet.
   trap '' INT TERM
   trap - EXIT
-  # Dagster first, and only `dagster dev` itself: it stops its daemon and webserver, then its code
+  # Dagster first, and only `dg dev` itself: it stops its daemon and webserver, then its code
   # server. A signal to its whole group would stop the code server under a sensor tick in flight,
   # and the daemon would log a clean stop as user code unreachable.
   if [ -n "$dagster_pid" ]; then
@@ -68,7 +68,8 @@ pids+=($!)
 pids+=($!)
 "${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT" &
 pids+=($!)
-"${DEFAULT_SIGNALS[@]}" "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
+# `dg dev` with a workspace runs what `dagster dev` runs, without its "superseded" warning.
+"${DEFAULT_SIGNALS[@]}" "$BIN/dg" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
 dagster_pid=$!
 pids+=($!)
 
