@@ -11,9 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.components.site_component import declared_sites, external_sites
+from rag_pipeline.components.site_component import SiteComponent, declared_sites, external_sites, unique_sites
 from rag_pipeline.core.location_holds import Holds
-from rag_pipeline.settings import holds_at_load
+from rag_pipeline.settings import location_settings
 
 # Dagster 1.13 passes `owners` itself each time it copies a sensor (binding resources, evaluating a
 # tick), set or not, and warns that the parameter is in beta: eight lines a start in the daemon's
@@ -23,6 +23,12 @@ warnings.filterwarnings("ignore", message=r"Parameter `owners` of initializer `S
 
 @dg.definitions
 def defs() -> dg.Definitions:
+    return held_by_location(whole_project(), location_settings().holds())
+
+
+def whole_project() -> dg.Definitions:
+    """Every definition, as the single location of the default `LOCATION_HOLDS=all` has them (and
+    the CLI reads them, whatever this host's location holds)."""
     tree = dg.ComponentTree(
         defs_module=importlib.import_module("rag_pipeline.defs"),
         project_root=Path(__file__).resolve().parents[1],
@@ -33,13 +39,15 @@ def defs() -> dg.Definitions:
         for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
             warnings.simplefilter("ignore", category)
         built = tree.build_defs()
-        built = dg.Definitions.merge(built, *(site.definitions() for site in external_sites() if site.enabled))
-        built = _index_reads_every_site(built)
-    return held_by_location(built, holds_at_load())
+        external = external_sites()
+        # A site declared twice is refused naming both places, before Dagster's duplicate keys.
+        unique_sites([*tree.get_all_components(of_type=SiteComponent), *external])
+        built = dg.Definitions.merge(built, *(site.definitions() for site in external if site.enabled))
+        return _index_reads_every_site(built)
 
 
 # Every location applies the batches of the pages it holds, and routes deliveries (one router at a
-# time: ingest/routing.py). The rest of what is not a site's own is `main`'s.
+# time: deliveries.claim_unrouted). The rest of what is not a site's own is `main`'s.
 EVERY_LOCATION = {"index_batch", "delivery_sensor", "delivery_failure_sensor", "rechunk_sensor"}
 
 

@@ -50,8 +50,36 @@ def env_files() -> tuple[Path, ...]:
     return (checkout_dir() / ".env",) if checkout_dir() else ()
 
 
-class Settings(BaseSettings):
+class LocationSettings(BaseSettings):
+    """What decides which definitions a code location has. Read alone when it loads (`at_load_strict`):
+    a bad value here fails the load, while another setting's bad value fails only the ticks."""
+
     model_config = SettingsConfigDict(env_file=env_files(), extra="ignore")
+
+    # Sites declared outside the package: a folder of `<name>.yaml` files in a site's defs.yaml form
+    # (a Kubernetes ConfigMap, say), so a deployment adds sites without building a new image.
+    sites_dir: Path | None = Field(default=None, alias="SITES_DIR")
+    # What this code location serves, when sites are spread over several locations (and hosts):
+    # `all`, or `main` (the catch-all and the index-wide objects), site names, `site:shard`.
+    location_holds: str = Field(default="all", alias="LOCATION_HOLDS")
+
+    @field_validator("location_holds")
+    @classmethod
+    def _holds(cls, value: str) -> str:
+        cls.holds_of(value)
+        return value
+
+    def holds(self):
+        return self.holds_of(self.location_holds)
+
+    @staticmethod
+    def holds_of(value: str):
+        from rag_pipeline.core.location_holds import parse_holds   # core/location_holds.Holds
+
+        return parse_holds(value)
+
+
+class Settings(LocationSettings):
 
     # Where the embedded database and other local state live when DATABASE_URL is unset.
     rag_home: Path = Field(default_factory=default_rag_home, alias="RAG_HOME")
@@ -203,12 +231,6 @@ class Settings(BaseSettings):
     # How often each site's discovery sensor looks whether a reading is due (its cadence is the site's).
     discovery_interval_s: int = Field(default=60, alias="DISCOVERY_INTERVAL_S", ge=1)
     cadence_file: Path | None = Field(default=None, alias="CADENCE_FILE")
-    # Sites declared outside the package: a folder of `<name>.yaml` files in a site's defs.yaml form
-    # (a Kubernetes ConfigMap, say), so a deployment adds sites without building a new image.
-    sites_dir: Path | None = Field(default=None, alias="SITES_DIR")
-    # What this code location serves, when sites are spread over several locations (and hosts):
-    # `all`, or `main` (the catch-all and the index-wide objects), site names, `site:shard`.
-    location_holds: str = Field(default="all", alias="LOCATION_HOLDS")
     push_delivery_timeout_s: float = Field(default=3600.0, alias="PUSH_DELIVERY_TIMEOUT_S", gt=0)
     # Adaptive cadence: pushes a day for all pages (unset: CADENCE_BUDGET_SHARE of what the rules'
     # intervals would push), how often recrawl_sensor re-derives the cadences, observations per page.
@@ -265,20 +287,6 @@ class Settings(BaseSettings):
     def _networks(cls, value: str) -> str:
         parse_networks(value)   # a bad entry is refused when settings load, not at the first fetch
         return value
-
-    @field_validator("location_holds")
-    @classmethod
-    def _holds(cls, value: str) -> str:
-        from rag_pipeline.core.location_holds import parse_holds
-
-        parse_holds(value)
-        return value
-
-    def holds(self):
-        """What this code location serves (core/location_holds.Holds)."""
-        from rag_pipeline.core.location_holds import parse_holds
-
-        return parse_holds(self.location_holds)
 
     def allowed_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.crawler_allow_networks)
@@ -352,24 +360,21 @@ def at_load(field: str):
         return Settings.model_fields[field].default
 
 
-def holds_at_load():
-    """LOCATION_HOLDS, which decides what the code location defines. Unlike `at_load`, a bad value
-    fails the load: a location fallen back to `all` would serve every site a second time."""
-    from rag_pipeline.core.location_holds import parse_holds
-
-    try:
-        return load_settings().holds()
-    except SettingsError as exc:
-        if "LOCATION_HOLDS" in str(exc):
-            raise
-        return parse_holds(os.environ.get("LOCATION_HOLDS", "all"))   # another setting's error fails the ticks
+def location_settings() -> LocationSettings:
+    """LOCATION_HOLDS and SITES_DIR, read when the code location loads, strictly: a location that
+    fell back to a default would serve every site a second time, or none of SITES_DIR's."""
+    return _read(LocationSettings)
 
 
 def load_settings(overrides: Mapping[str, object] | None = None) -> Settings:
     """Settings from the environment, ``overrides`` (variable name → value) winning; a bad value
     is one line, never a pydantic traceback."""
+    return _read(Settings, overrides)
+
+
+def _read(cls, overrides: Mapping[str, object] | None = None):
     try:
-        return Settings(**(overrides or {}))
+        return cls(**(overrides or {}))
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc)) from None
 

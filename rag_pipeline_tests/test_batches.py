@@ -235,7 +235,7 @@ def test_a_batch_another_reconciler_is_settling_is_left_to_it(stack, conn, datab
     them is skipped by the others, so its pages are freed, and its run failed, once."""
     import psycopg
 
-    from rag_pipeline.defs.index.reconciler import reconcile
+    from rag_pipeline.defs.index.reconciler import free_batch, reconcile
     from rag_pipeline.settings import load_settings
     from rag_pipeline.store import batch_leases
 
@@ -247,6 +247,8 @@ def test_a_batch_another_reconciler_is_settling_is_left_to_it(stack, conn, datab
     with psycopg.connect(database_url) as other, other.transaction():
         assert batch_leases.claim_open(other, key)    # another location's reconciler has it now
         assert reconcile(pipeline.instance, conn, load_settings())["freed_batches"] == 0
+        # The failure sensor too takes the batch's row first, and leaves it to the one holding it.
+        assert free_batch(conn, key, "its run failed", load_settings()) == []
         assert conn.execute("SELECT ended_at FROM batches").fetchone() == (None,)
     done = reconcile(pipeline.instance, conn, load_settings())
     assert done["freed_batches"] == 1 and done["freed_pages"] == 1

@@ -54,7 +54,7 @@ def _check_report(settings) -> dict:
 
     import dagster as dg
 
-    from rag_pipeline.definitions import defs
+    from rag_pipeline.definitions import whole_project
     from rag_pipeline.defs import check_states
 
     home = Path(os.environ.get("DAGSTER_HOME") or settings.rag_home / "dagster_home")
@@ -69,7 +69,7 @@ def _check_report(settings) -> dict:
             with check_states.instance_at(home) as instance, warnings.catch_warnings():
                 # Loading the definitions for their check names: Dagster's beta notes are not news here.
                 warnings.simplefilter("ignore", dg.BetaWarning)
-                states = check_states.latest(instance, defs())
+                states = check_states.latest(instance, whole_project())
         except Exception as exc:  # an unreadable instance must not hide the index's own figures
             return {**report, "error": f"cannot read it: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
     return {**report, "failing": [s.as_dict() for s in states if s.failing],

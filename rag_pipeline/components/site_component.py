@@ -88,12 +88,14 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
         "Boilerplate rules in boilerplate.yaml's form for this site's pages, added to BOILERPLATE_RULES."))
     crawler: Optional[str] = Field(default=None, description="local or crawlbase; unset: CRAWLER.")
     _folder: Optional[str] = PrivateAttr(default=None)
+    _source: Optional[str] = PrivateAttr(default=None)   # where it is declared, for error messages
 
     @classmethod
     def load(cls, attributes, context: dg.ComponentLoadContext) -> "SiteComponent":
         # The folder names the site: kept for readers of the tree that never build it (the CLI).
         component = super().load(attributes, context)
         component._folder = context.path.name
+        component._source = str(context.path / "defs.yaml")
         return component
 
     def spec(self, folder: Optional[str] = None) -> SiteSpec:
@@ -151,7 +153,7 @@ def sites_from_dir(folder: Path) -> list[SiteComponent]:
     if not folder.is_dir():
         raise SiteError(f"SITES_DIR {folder} is not a folder")
     found = []
-    for path in sorted(folder.glob("*.yaml")):
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         try:
             document = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
@@ -159,7 +161,7 @@ def sites_from_dir(folder: Path) -> list[SiteComponent]:
         if not isinstance(document, dict) or not isinstance(document.get("attributes", {}), dict):
             raise SiteError(f"{path}: expected a mapping with `attributes:`, as in a site's defs.yaml")
         kind = document.get("type", "rag_pipeline.components.SiteComponent")
-        if kind.rsplit(".", 1)[-1] != SiteComponent.__name__:
+        if not isinstance(kind, str) or kind.rsplit(".", 1)[-1] != SiteComponent.__name__:
             raise SiteError(f"{path}: type {kind!r}: only SiteComponent files belong in SITES_DIR")
         try:
             component = SiteComponent.model_validate(document.get("attributes") or {})
@@ -168,8 +170,23 @@ def sites_from_dir(folder: Path) -> list[SiteComponent]:
             where = ".".join(str(p) for p in problem["loc"])
             raise SiteError(f"{path}: {where}: {problem['msg']}") from None
         component._folder = path.stem
+        component._source = str(path)
         found.append(component)
     return found
+
+
+def unique_sites(components: list[SiteComponent]) -> list[SiteComponent]:
+    """The enabled sites, each name once: a name declared twice (in the package and SITES_DIR, or
+    two files) is refused, naming both places."""
+    seen: dict[str, SiteComponent] = {}
+    for component in components:
+        if not component.enabled:
+            continue
+        name = component.spec().name
+        if name in seen:
+            raise SiteError(f"site {name} is declared twice: {seen[name]._source} and {component._source}")
+        seen[name] = component
+    return list(seen.values())
 
 
 def describe(spec: SiteSpec) -> str:
@@ -191,18 +208,17 @@ def declared_sites() -> list[tuple[SiteSpec, Optional[CadenceRules]]]:
             warnings.simplefilter("ignore", category)
         tree = dg.ComponentTree(defs_module=importlib.import_module("rag_pipeline.defs"),
                                 project_root=Path(__file__).resolve().parents[2])
-        components = [*tree.get_all_components(of_type=SiteComponent), *external_sites()]
+        components = unique_sites([*tree.get_all_components(of_type=SiteComponent), *external_sites()])
     found = []
     for component in components:
-        if component.enabled:
-            spec = component.spec()
-            found.append((spec, component.cadence_rules(spec.name)))
+        spec = component.spec()
+        found.append((spec, component.cadence_rules(spec.name)))
     return sorted(found, key=lambda pair: pair[0].name)
 
 
 def external_sites() -> list[SiteComponent]:
     """SITES_DIR's sites, if it is set."""
-    from rag_pipeline.settings import at_load
+    from rag_pipeline.settings import location_settings
 
-    folder = at_load("sites_dir")
+    folder = location_settings().sites_dir
     return sites_from_dir(Path(folder)) if folder else []

@@ -11,7 +11,7 @@ location must hold `main`; every site must be held by one location.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ALL = "all"
 MAIN = "main"
@@ -31,6 +31,12 @@ class Holds:
     main: bool = True
     sites: frozenset[str] = field(default_factory=frozenset)
     shards: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    # The declared sites and their shard counts, when known: `main` then also holds the pages of
+    # a site no longer declared (or of a shard past its count), which no location could name.
+    declared: tuple[tuple[str, int], ...] | None = None
+
+    def with_declared(self, declared: dict[str, int]) -> Holds:
+        return replace(self, declared=tuple(sorted(declared.items())))
 
     def holds_main(self) -> bool:
         return self.everything or self.main

@@ -56,11 +56,14 @@ ROUTING_LOCK_KEY = 0x5241_4752
 def claim_unrouted(conn: psycopg.Connection, limit: int) -> list[Delivery]:
     """The oldest deliveries nobody routed yet, locked so two sensor ticks never route one twice.
 
-    One router at a time, until its transaction ends: with several code locations each
-    delivery_sensor routes, and two chunks routed side by side could each read a page before the
-    other's writes (newest crawl wins needs them in turn). The wait is one chunk at most."""
+    One router at a time: with several code locations each delivery_sensor routes, and two chunks
+    routed side by side could each read a page before the other's writes (newest crawl wins needs
+    them in turn). A router that finds another at work claims nothing and leaves routing to it,
+    never waiting: a router whose host died holds the lock until PostgreSQL notices, and every
+    other location must go on leasing and reconciling meanwhile."""
     db.require_transaction(conn, "deliveries.claim_unrouted")
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (ROUTING_LOCK_KEY,))
+    if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (ROUTING_LOCK_KEY,)).fetchone()[0]:
+        return []
     with conn.cursor(row_factory=class_row(Delivery)) as cur:
         cur.execute(
             f"SELECT {_COLUMNS} FROM deliveries WHERE processed_at IS NULL"

@@ -250,15 +250,22 @@ def outdated_work(conn: psycopg.Connection, signature: str, limit: int,
 
 
 def held_clause(holds: Holds | None, alias: str = "p") -> tuple[str, dict]:
-    """A condition on `pages` (as `alias`) that holds for the pages a code location serves."""
+    """A condition on `pages` (as `alias`) that holds for the pages a code location serves.
+    `main` holds the catch-all's pages and, where the declared sites are known, every page no
+    declared site's shard holds (a site since removed, a shard past its count)."""
     if holds is None or holds.everything:
         return "true", {}
     shard_sites, shard_numbers = zip(*sorted(holds.shards)) if holds.shards else ((), ())
-    return (f"(({alias}.site IS NULL AND %(held_main)s) OR {alias}.site = ANY(%(held_sites)s)"
+    names, counts = zip(*holds.declared) if holds.declared else ((), ())
+    main = (f"{alias}.site IS NULL" if holds.declared is None else
+            "NOT EXISTS (SELECT 1 FROM unnest(%(declared_names)s::text[], %(declared_shards)s::int[]) d (name, shards)"
+            f" WHERE d.name = {alias}.site AND coalesce({alias}.shard, 0) < d.shards)")
+    return (f"((%(held_main)s AND {main}) OR {alias}.site = ANY(%(held_sites)s)"
             f" OR ({alias}.site, coalesce({alias}.shard, 0)) IN"
             "  (SELECT * FROM unnest(%(held_shard_sites)s::text[], %(held_shard_numbers)s::int[])))",
             {"held_main": holds.main, "held_sites": sorted(holds.sites),
-             "held_shard_sites": list(shard_sites), "held_shard_numbers": list(shard_numbers)})
+             "held_shard_sites": list(shard_sites), "held_shard_numbers": list(shard_numbers),
+             "declared_names": list(names), "declared_shards": list(counts)})
 
 
 # -- per-page advisory locks: two batch runs never apply one page at once ------------------------

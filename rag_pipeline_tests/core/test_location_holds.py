@@ -60,11 +60,11 @@ def test_the_words_of_location_holds_are_not_site_names(name):
 
 
 def test_location_holds_is_read_at_load_even_beside_another_bad_setting(monkeypatch):
-    from rag_pipeline.settings import holds_at_load
+    from rag_pipeline.settings import location_settings
 
     monkeypatch.setenv("SENSOR_BATCH_SIZE", "0")     # fails the ticks, not the load
     monkeypatch.setenv("LOCATION_HOLDS", "main,docs")
-    assert holds_at_load().describe() == "main,docs"
+    assert location_settings().holds().describe() == "main,docs"
     monkeypatch.setenv("LOCATION_HOLDS", "main,Docs")   # fails the load: it decides what is defined
     with pytest.raises(SettingsError, match="LOCATION_HOLDS"):
-        holds_at_load()
+        location_settings().holds()

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.components.site_component import declared_sites
-from rag_pipeline.core.site_spec import SiteError
+from rag_pipeline.core.site_spec import SiteError, SiteSpec
 from rag_pipeline.core.location_holds import HoldsError
 from rag_pipeline.store import sites as sites_store
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
@@ -37,7 +37,7 @@ def held(monkeypatch, holds: str) -> dict[str, set[str]]:
     # What the location defines itself (its graph also shows, as external, what its assets depend on).
     assets = {key.to_user_string() for a in defs.assets or []
               for key in (a.keys if isinstance(a, dg.AssetsDefinition) else {a.key})}
-    return {"assets": assets, "jobs": {j.name for j in defs.jobs or []},
+    return {"assets": assets, "jobs": {j.name for j in defs.resolve_all_job_defs() if not j.name.startswith("__")},
             "sensors": {s.name for s in defs.sensors or []}, "schedules": {s.name for s in defs.schedules or []},
             "checks": {k.to_user_string() for c in defs.asset_checks or [] for k in c.check_keys}}
 
@@ -48,6 +48,19 @@ def test_sites_dir_declares_sites_beside_the_package(sites_dir):
     assert names["alpha"].shards == 2 and names["beta"].seeds == ("https://beta.example.com/",)
     keys = {k.to_user_string() for k in load_defs().resolve_asset_graph().get_all_asset_keys()}
     assert {"alpha/discovery", "alpha/shard_00/pages", "alpha/shard_01/embeddings", "beta/embeddings"} <= keys
+
+
+def test_sites_dir_is_read_beside_another_bad_setting(sites_dir, monkeypatch):
+    monkeypatch.setenv("SENSOR_BATCH_SIZE", "0")   # fails the ticks, not what the location defines
+    assert {spec.name for spec, _ in declared_sites()} == {"alpha", "beta"}
+
+
+def test_a_site_declared_twice_is_refused_naming_both_files(sites_dir):
+    (sites_dir / "beta2.yml").write_text("attributes:\n  name: beta\n  seeds: [https://beta.example.org/]\n")
+    with pytest.raises(SiteError, match=r"site beta is declared twice: .*beta.yaml and .*beta2.yml"):
+        declared_sites()
+    with pytest.raises(SiteError, match="declared twice"):
+        load_defs()
 
 
 def test_a_bad_sites_dir_file_names_the_file_and_field(sites_dir):
@@ -78,6 +91,8 @@ def test_the_locations_together_are_the_whole_project_each_part_once(sites_dir, 
         assert not part["schedules"] and not part["checks"]
         assert {"delivery_sensor", "delivery_failure_sensor", "index_batch"} <= part["sensors"] | part["jobs"]
     assert "alpha_discovery_sensor" in alpha0_beta["sensors"] and "alpha_discovery_sensor" not in alpha1["sensors"]
+    # The HNSW upkeep's job is main's alone (delivery_sensor targets it only there).
+    assert "space_index" in main["jobs"] and not {"space_index", "push"} & (alpha0_beta["jobs"] | alpha1["jobs"])
 
 
 def test_a_location_holding_an_undeclared_site_fails_to_load_saying_so(sites_dir, monkeypatch):
@@ -91,8 +106,10 @@ def test_each_location_leases_only_its_own_pages(sites_dir, monkeypatch, databas
         configure(monkeypatch, DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
                   OPENAI_BASE_URL=fake.base_url, EMBEDDING_DIMENSIONS="64", EMBEDDING_MAX_RETRIES="0")
         sites_store.sync_declared(conn, [spec for spec, _ in declared_sites()])
+        # A site declared once and no longer: its pages are main's, as no location may name it.
+        sites_store.sync_declared(conn, [SiteSpec(name="gamma", seeds=("https://gamma.example.com/",))])
         urls = {"beta": [f"https://beta.example.com/p{i}" for i in range(3)],
-                "main": [f"https://elsewhere.example.com/p{i}" for i in range(2)]}
+                "main": [f"https://elsewhere.example.com/p{i}" for i in range(2)] + ["https://gamma.example.com/p0"]}
         for url in urls["beta"] + urls["main"]:
             put(conn, url, f"# {url}\n\nThe page at {url} says something of its own.")
         with dg.instance_for_test() as instance:
@@ -108,4 +125,5 @@ def test_each_location_leases_only_its_own_pages(sites_dir, monkeypatch, databas
             configure(monkeypatch, LOCATION_HOLDS="main")
             assert sorted(Pipeline(instance, load_defs()).tick().partitions) == urls["main"]
         sites_of = dict(conn.execute("SELECT url, coalesce(site, '-') FROM pages WHERE indexed_hash IS NOT NULL"))
-        assert sites_of == {**{u: "beta" for u in urls["beta"]}, **{u: "-" for u in urls["main"]}}
+        assert sites_of == {**{u: "beta" for u in urls["beta"]}, **{u: "-" for u in urls["main"][:2]},
+                            "https://gamma.example.com/p0": "gamma"}

@@ -36,6 +36,10 @@ def free_batch(conn: psycopg.Connection, batch_key: str, reason: str, settings, 
     delivery (unless not `charge`d: its run never started), and end the batch. Returns the pages
     freed; uncharged ones are queued as they were, for the same tick's new batches."""
     with conn.transaction():
+        # The batch's row first, then its pages, in every caller (the reconciler of any location,
+        # the failure sensor): one of them settles a batch, in one lock order.
+        if not batch_leases.claim_open(conn, batch_key):
+            return []
         freed = pages.release_batch(conn, batch_key)
         for url in freed if charge else ():
             pending = deliveries.newest_queued(conn, url)
