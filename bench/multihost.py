@@ -177,15 +177,15 @@ class Host:
         return len(pids)
 
     def destroy(self) -> None:
-        for service in self.services:
+        for service in self.services:   # gently first (PostgreSQL shuts down cleanly), then the rest killed
             service.stop(grace_s=5)
         self.kill()
         sh("ip", "netns", "del", self.ns, check=False)
 
 
 class Cluster:
-    def __init__(self, work: Path, fake: FakeOpenAI, args):
-        self.work, self.fake, self.args = work, fake, args
+    def __init__(self, work: Path, fake: FakeOpenAI):
+        self.work, self.fake = work, fake
         self.disk = work / "disk"
         self.disk.mkdir()
         self.logs = work / "logs"
@@ -487,7 +487,7 @@ def main() -> int:
     try:
         with ExitStack() as exits:
             fake = FakeOpenAI(dimensions=DIMENSIONS, host=EDGE)
-            cluster = Cluster(work, fake, args)
+            cluster = Cluster(work, fake)
             exits.callback(cluster.down)
             cluster.bridge()
             fake.start()   # on the bridge's address, the edge, once it exists
