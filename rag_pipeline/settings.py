@@ -143,9 +143,9 @@ class Settings(LocationSettings):
     # A tick's pages go into at least this many runs (of 100 pages or more each), which run at
     # once and share the cores: the `embedding_api` pool limit of deploy/dagster.yaml.
     batch_spread: int = Field(default=2, alias="BATCH_SPREAD", ge=1, le=64)
-    # PostgreSQL's maintenance_work_mem while `space build` makes a space's HNSW index: an index
-    # that fits builds several times faster (a 1M-vector 384-dim graph needs ~2 GB).
-    space_build_memory: str = Field(default="256MB", alias="SPACE_BUILD_MEMORY", pattern=r"^[0-9]+\s*(kB|MB|GB)$")
+    # PostgreSQL's maintenance_work_mem while an HNSW index is built: `auto` sizes it from the vectors
+    # (core/build_memory.py, at most a quarter of RAM); a graph that fits builds several times faster.
+    space_build_memory: str = Field(default="auto", alias="SPACE_BUILD_MEMORY", pattern=r"^(auto|[0-9]+\s*(kB|MB|GB))$")
     # Bulk loads (core/bulk_load.py): the active space's HNSW index is dropped while the vectors
     # waiting to be written are at least HNSW_DEFER_RATIO of those indexed and HNSW_DEFER_FLOOR,
     # and built again (concurrently, SPACE_BUILD_MEMORY, HNSW_BUILD_WORKERS) once the backlog drained.

@@ -62,7 +62,7 @@ def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embe
 
 
 def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE,
-          maintenance_work_mem: str = "256MB", on_progress: Progress | None = None) -> BuildResult:
+          maintenance_work_mem: str = "auto", on_progress: Progress | None = None) -> BuildResult:
     """Fill the configured model's space from every live chunk text; the active space is untouched.
     Resumes where a stopped build got to."""
     if chunk_store.count_without_text(conn):

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psutil
 import psycopg
 from psycopg import sql
 
+from rag_pipeline.core import build_memory
 from rag_pipeline.store import db
 
 SPACE_LOCK_KEY = 0x5241_4702
@@ -195,14 +197,26 @@ def drop_index(conn: psycopg.Connection, space: Space) -> None:
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
 
 
+@dataclass(frozen=True)
+class IndexBuild:
+    vectors: int
+    maintenance_work_mem: str
+    fits: bool          # whether pgvector's graph fit in that memory (several times faster)
+
+
 def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str,
-                             parallel_workers: int | None = None) -> None:
+                             parallel_workers: int | None = None) -> IndexBuild:
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
-    writing the table meanwhile (CONCURRENTLY takes no lock that blocks them)."""
+    writing the table meanwhile (CONCURRENTLY takes no lock that blocks them).
+    `maintenance_work_mem` may be `auto`: sized from the vectors to index (core/build_memory.py)."""
     db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
     if index_state(conn, space) == "invalid":
         conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
-    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+    vectors = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(space.table())).fetchone()[0]
+    memory, fits = build_memory.build_memory(maintenance_work_mem, vectors, space.dimensions,
+                                             4 if space.vector_type == "vector" else 2,
+                                             psutil.virtual_memory().total)
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (memory,))
     if parallel_workers is not None:
         conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
     try:
@@ -210,3 +224,4 @@ def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance
     finally:   # session settings: a pooled connection goes back as it came
         conn.execute("RESET maintenance_work_mem")
         conn.execute("RESET max_parallel_maintenance_workers")
+    return IndexBuild(vectors, memory, fits)

@@ -27,10 +27,12 @@ def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource
             context.log.info("the active space's index is in place: nothing to build")
             return
         started = time.monotonic()
-        spaces.build_index_concurrently(conn, space, current.space_build_memory, current.hnsw_build_workers)
-        rows = spaces.indexed_rows(conn, space)
-    context.log.info(f"HNSW index of space {space.space_id} built over ~{rows:,} vectors in "
-                     f"{time.monotonic() - started:.1f} s: search uses it again")
+        built = spaces.build_index_concurrently(conn, space, current.space_build_memory, current.hnsw_build_workers)
+    took = time.monotonic() - started
+    fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several times "
+                                 "slower: raise SPACE_BUILD_MEMORY)")
+    context.log.info(f"HNSW index of space {space.space_id} built over {built.vectors:,} vectors in {took:.1f} s "
+                     f"with maintenance_work_mem {built.maintenance_work_mem}{fit}: search uses it again")
 
 
 @dg.job(name=SPACE_INDEX_JOB, tags={"rag/kind": "index"},
