@@ -273,7 +273,7 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
     from rag_pipeline.core.batch_sizing import plan_batches
     from rag_pipeline.embedders.factory import make_embedder
     from rag_pipeline.settings import get_settings
-    from rag_pipeline.store import deliveries, spaces
+    from rag_pipeline.store import deliveries, spaces, text_search
 
     settings = get_settings()
     embedder = make_embedder(settings)
@@ -290,8 +290,7 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
         passes, applied, failed, dropped = 0, 0, [], False
         while True:
             routed = route(conn, settings)
-            if hnsw:
-                dropped |= index_upkeep(conn, space, settings)
+            dropped |= index_upkeep(conn, space, settings, hnsw)
             work = deliveries.queued_work(conn, settings.sensor_batch_size)
             if not routed.routed and not work:
                 break
@@ -305,9 +304,12 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
             if failed:
                 raise RuntimeError(f"{len(failed)} page(s) failed, first: {failed[0]}")
         build_s = None
+        t = time.perf_counter()
         if hnsw and spaces.index_state(conn, space) != "valid":
-            t = time.perf_counter()
             spaces.build_index_concurrently(conn, space, settings.space_build_memory, settings.hnsw_build_workers)
+            build_s = time.perf_counter() - t
+        if text_search.index_state(conn) != "valid":    # lexical search's index, in both configurations
+            text_search.build_index_concurrently(conn, settings.hnsw_build_workers)
             build_s = time.perf_counter() - t
         seconds = time.perf_counter() - started
         rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
@@ -351,17 +353,19 @@ def route(conn, settings):
     return route_batch(conn, settings.sensor_batch_size, settings.webhook_max_page_bytes)
 
 
-def index_upkeep(conn, space, settings) -> bool:
-    """delivery_sensor's drop (defs/index/bulk_index.py), without Dagster: the index makes way
-    when the backlog is large against what is indexed. Returns whether it dropped it."""
+def index_upkeep(conn, space, settings, hnsw: bool) -> bool:
+    """delivery_sensor's drop (defs/index/bulk_index.py), without Dagster: the indexes make way
+    when the backlog is large against what is indexed. Returns whether it dropped them."""
     from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows
-    from rag_pipeline.store import deliveries, spaces
-    if spaces.index_state(conn, space) != "valid":
+    from rag_pipeline.store import deliveries, spaces, text_search
+    if text_search.index_state(conn) != "valid" or (hnsw and spaces.index_state(conn, space) != "valid"):
         return False
     policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
     if not policy.defer(spaces.indexed_rows(conn, space), backlog_rows(deliveries.queued_chars(conn))):
         return False
-    spaces.drop_index(conn, space)
+    if hnsw:
+        spaces.drop_index(conn, space)
+    text_search.drop_index(conn)
     return True
 
 

@@ -569,7 +569,7 @@ class PhaseResult:
     fake_tokens: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
-    index_ready_at: float | None = None   # the active space's HNSW index valid again after the phase
+    index_ready_at: float | None = None   # the search indexes (HNSW, GIN) valid again after the phase
     scans: list[str] = field(default_factory=list)   # how search read the index, sampled during the phase
 
     @property
@@ -729,15 +729,16 @@ class ScanWatch:
                 self.stop.wait(0.5)
 
 
-def wait_for_hnsw(url: str, timeout_s: float) -> float:
-    """When the active space's HNSW index is valid (at once if it never went away)."""
-    from rag_pipeline.store import spaces
+def wait_for_indexes(url: str, timeout_s: float) -> float:
+    """When the search indexes (the active space's HNSW, the GIN of chunks.text_search) are valid
+    again (at once if they never went away)."""
+    from rag_pipeline.store import spaces, text_search
 
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(url, autocommit=True) as conn:
-        while (scan := spaces.search_scan(conn)) != "hnsw":
+        while (scan := (spaces.search_scan(conn), text_search.lexical_scan(conn))) != ("hnsw", "gin"):
             if time.monotonic() > deadline:
-                raise BenchFailure(f"the HNSW index was not built again within {timeout_s:.0f} s ({scan})")
+                raise BenchFailure(f"the search indexes were not built again within {timeout_s:.0f} s ({scan})")
             time.sleep(0.5)
     return time.time()
 
@@ -917,9 +918,9 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
                 phase = run_phase(f"dagster {name}", url, base, bodies, expected, args.timeout, on_timeout,
                                   args.sample_queries)
             phase.scans = scans.seen
-            # A bulk load is done when its HNSW index is built again (delivery_sensor requests the
-            # build once the backlog drained): that time counts in the load.
-            phase.index_ready_at = wait_for_hnsw(url, args.timeout)
+            # A bulk load is done when its search indexes are built again (delivery_sensor requests
+            # the build once the backlog drained): that time counts in the load.
+            phase.index_ready_at = wait_for_indexes(url, args.timeout)
             quiesce(dagster_url)
             cpu_after = (monitor.cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
             phase.fake_requests = fake.requests - fake_before[0]
@@ -1398,10 +1399,10 @@ def main() -> int:
 
 
 def hnsw_line(phase: PhaseResult) -> str:
-    """The load with its HNSW build counted: from the first delivery to the index valid again."""
+    """The load with its index builds counted: from the first delivery to HNSW and GIN valid again."""
     ready = max(phase.index_ready_at or phase.searchable_at, phase.searchable_at)
     minutes = (ready - phase.t0) / 60
-    return (f"{phase.name} with the HNSW index built again: {minutes:.1f} min "
+    return (f"{phase.name} with the search indexes built again: {minutes:.1f} min "
             f"({phase.watched / minutes:,.0f} pages/min)")
 
 

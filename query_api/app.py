@@ -134,8 +134,9 @@ class CitationOut(BaseModel):
 
 class SearchResponse(BaseModel):
     question: str
-    # `hnsw`, or `exact (…)` while the HNSW index makes way for a bulk load: exact, only slower.
+    # `hnsw` and `gin`, or `exact (…)` while an index makes way for a bulk load: exact, only slower.
     vector_scan: str
+    lexical_scan: str
     results: list[CitationOut]
 
 
@@ -395,11 +396,13 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         from rag_pipeline.query.retrieval import retrieve
 
         from rag_pipeline.store.spaces import search_scan
+        from rag_pipeline.store.text_search import lexical_scan
 
-        hits, scan = await served(request, lambda conn: (
+        hits, scan, lexical = await served(request, lambda conn: (
             retrieve(conn, settings, body.question, body.k, per_page=body.per_page, filters=body.filters,
-                     embedder_for=embedders, mode=body.mode), search_scan(conn)))
-        return {"question": body.question, "vector_scan": scan, "results": [h.as_dict() for h in hits]}
+                     embedder_for=embedders, mode=body.mode), search_scan(conn), lexical_scan(conn)))
+        return {"question": body.question, "vector_scan": scan, "lexical_scan": lexical,
+                "results": [h.as_dict() for h in hits]}
 
     @app.post("/ask", responses={**errors, 502: {"model": ErrorResponse}})
     async def ask(body: AskRequest, request: Request) -> dict:

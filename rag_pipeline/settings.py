@@ -146,7 +146,7 @@ class Settings(LocationSettings):
     # PostgreSQL's maintenance_work_mem while an HNSW index is built: `auto` sizes it from the vectors
     # (core/build_memory.py, at most a quarter of RAM); a graph that fits builds several times faster.
     space_build_memory: str = Field(default="auto", alias="SPACE_BUILD_MEMORY", pattern=r"^(auto|[0-9]+\s*(kB|MB|GB))$")
-    # Bulk loads (core/bulk_load.py): the active space's HNSW index is dropped while the vectors
+    # Bulk loads (core/bulk_load.py): the HNSW and GIN search indexes are dropped while the vectors
     # waiting to be written are at least HNSW_DEFER_RATIO of those indexed and HNSW_DEFER_FLOOR,
     # and built again (concurrently, SPACE_BUILD_MEMORY, HNSW_BUILD_WORKERS) once the backlog drained.
     # Measured (bench/hnsw_threshold.py): a rebuild is cheaper from ~0.25-0.3 x the rows indexed.

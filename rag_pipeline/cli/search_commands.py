@@ -53,7 +53,7 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
            changed_since: str | None, sites: tuple[str, ...], as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
-    from rag_pipeline.store import db, spaces
+    from rag_pipeline.store import db, spaces, text_search
 
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
@@ -65,13 +65,14 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
             hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
         except RetrievalError as exc:
             raise CliError(str(exc)) from exc
-        scan = spaces.search_scan(conn)
+        scan, lexical = spaces.search_scan(conn), text_search.lexical_scan(conn)
     if as_json:
-        click.echo(json.dumps({"question": question, "vector_scan": scan, "results": [h.as_dict() for h in hits]},
-                              indent=2))
+        click.echo(json.dumps({"question": question, "vector_scan": scan, "lexical_scan": lexical,
+                               "results": [h.as_dict() for h in hits]}, indent=2))
         return
-    if scan.startswith("exact"):
-        click.echo(f"(search is {scan}: exact results, slower)", err=True)
+    for what in (scan, lexical):
+        if what.startswith("exact"):
+            click.echo(f"(search is {what}: exact results, slower)", err=True)
     if not hits:
         click.echo("no results")
     for n, hit in enumerate(hits, 1):

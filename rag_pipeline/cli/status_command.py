@@ -18,7 +18,7 @@ from rag_pipeline.settings import get_settings
 def status(as_json: bool) -> None:
     """Pages by state, the delivery queue, the last hour, overdue pages, what embedding cost and
     saved, and the checks that fail (their newest evaluation in the Dagster instance)."""
-    from rag_pipeline.store import db, deliveries, pages, schedule, spaces
+    from rag_pipeline.store import db, deliveries, pages, schedule, spaces, text_search
     from rag_pipeline.store import sites as sites_store
     from rag_pipeline.store import status as status_store
 
@@ -36,6 +36,7 @@ def status(as_json: bool) -> None:
             "overdue": {"pages": overdue, "examples": examples},
             "sites": sites_store.overview(conn),
             "vector_scan": spaces.search_scan(conn),
+            "lexical_scan": text_search.lexical_scan(conn),
         }
     settings = get_settings()
     report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
@@ -96,7 +97,7 @@ def _print_status(report: dict) -> None:
 
     pages, queue = report["pages"], report["queue"]
     table("pages", [*pages.items(), ("chunks", report["chunks"]), ("overdue for a recrawl", report["overdue"]["pages"]),
-                    ("search", report["vector_scan"])])
+                    ("vector search", report["vector_scan"]), ("lexical search", report["lexical_scan"])])
     table("queue", [("unrouted", queue["unrouted"]), ("queued for a run", queue["queued"]),
                     ("failed, retrying", queue["failed_retrying"]), ("failed, not retried", queue["failed_for_good"]),
                     ("oldest waiting", "-" if queue["oldest_waiting_minutes"] is None

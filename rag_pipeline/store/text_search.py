@@ -1,4 +1,5 @@
-"""The text search configuration of `chunks.text_search` (lexical and hybrid retrieval)."""
+"""`chunks.text_search` (lexical and hybrid retrieval): its text search configuration, and its GIN
+index, which makes way for bulk loads beside the HNSW index (defs/index/bulk_index.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import logging
 import psycopg
 from psycopg import sql
 
+from rag_pipeline.store import db
+
 log = logging.getLogger(__name__)
+
+INDEX = "chunks_text_search"
+# maintenance_work_mem of a GIN build: its accumulator of lexemes, allocated as it fills (not
+# reserved up front); a build that outgrows it flushes and goes on.
+BUILD_MEMORY = "512MB"
 
 
 class UnknownTextConfig(ValueError):
@@ -64,3 +72,41 @@ def common_shares(conn: psycopg.Connection) -> tuple[dict[str, float], float]:
     elems, freqs = row
     # most_common_elem_freqs: one a listed element, then the least and the greatest, and nulls' share.
     return dict(zip(elems, freqs)), float(freqs[len(elems)]) if len(freqs) > len(elems) else 0.0
+
+
+def index_state(conn: psycopg.Connection) -> str:
+    """'valid', 'invalid' (a concurrent build that failed half-way, or one under way) or 'missing'."""
+    row = conn.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                       " WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace",
+                       (INDEX,)).fetchone()
+    return "missing" if row is None else ("valid" if row[0] else "invalid")
+
+
+def lexical_scan(conn: psycopg.Connection) -> str:
+    """How lexical search reads `chunks` now: `gin`, or `exact` while its index makes way for a
+    bulk load (every passage's stored tsvector is matched: the same results, slower)."""
+    return {"valid": "gin", "missing": "exact (GIN index dropped for a bulk load)",
+            "invalid": "exact (GIN index being built)"}[index_state(conn)]
+
+
+def drop_index(conn: psycopg.Connection) -> None:
+    """Make way for a bulk load: keeping a GIN index up row by row costs ~2.5x building it once
+    afterwards, and writes ~4.5x the WAL (bench/README.md). CONCURRENTLY: switches are not blocked."""
+    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(INDEX)))
+
+
+def build_index_concurrently(conn: psycopg.Connection, parallel_workers: int | None = None) -> None:
+    """The GIN index over `chunks.text_search`, built once after a bulk load; switches go on."""
+    db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
+    if index_state(conn) == "invalid":
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(INDEX)))
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (BUILD_MEMORY,))
+    if parallel_workers is not None:
+        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
+    try:
+        conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON chunks USING gin (text_search)")
+                     .format(sql.Identifier(INDEX)))
+    finally:   # session settings: a pooled connection goes back as it came
+        conn.execute("RESET maintenance_work_mem")
+        conn.execute("RESET max_parallel_maintenance_workers")

@@ -1,15 +1,18 @@
-"""Bulk loads without per-row HNSW inserts: delivery_sensor drops the active space's index while a
-large backlog is written, search stays exact (and says so) meanwhile, and a `space_index` run
-builds the index again once the backlog has drained; a trickle of recrawls never drops it."""
+"""Bulk loads without per-row index upkeep: delivery_sensor drops the active space's HNSW index and
+the GIN index of lexical search while a large backlog is written, search stays exact (and says so)
+meanwhile, and a `space_index` run builds both again once the backlog has drained; a trickle of
+recrawls never drops them."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
 from rag_pipeline.core.bulk_load import IndexPolicy
-from rag_pipeline.store import spaces
+from rag_pipeline.store import spaces, text_search
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.harness import configure, deliver, openai_stack
 
@@ -31,40 +34,54 @@ def scan(conn) -> str:
     return spaces.search_scan(conn)
 
 
+def lexical(conn) -> str:
+    return text_search.lexical_scan(conn)
+
+
 def test_the_index_makes_way_for_a_bulk_load_and_comes_back(stack, conn, database_url, monkeypatch):
     base, pipeline = stack
     deliver(base, "https://docs.example.com/first", page(0))
     pipeline.tick()                       # a first page: the space is made, with its index
-    assert scan(conn) == "hnsw"
+    assert (scan(conn), lexical(conn)) == ("hnsw", "gin")
 
     for n in range(1, 41):                # an initial load: ~80 vectors against 2 indexed
         deliver(base, f"https://docs.example.com/p{n}", page(n))
     tick = pipeline.tick(execute=False)   # routes them; the backlog is big: the index is dropped
     assert scan(conn) == "exact (HNSW index dropped for a bulk load)"
+    assert lexical(conn) == "exact (GIN index dropped for a bulk load)"
     assert all(r.job_name == "index_batch" for r in tick.result.run_requests)
     configure(monkeypatch, DATABASE_URL=database_url)
     hits = CliRunner().invoke(cli, ["search", "heron gate tides", "--json"])
     assert '"vector_scan": "exact (HNSW index dropped for a bulk load)"' in hits.output
+    assert '"lexical_scan": "exact (GIN index dropped for a bulk load)"' in hits.output
 
-    for request in tick.result.run_requests:          # the batches write without the index
+    for request in tick.result.run_requests:          # the batches write without the indexes
         pipeline.defs.resolve_job_def("index_batch").execute_in_process(
             run_config=request.run_config, instance=pipeline.instance, tags=request.tags)
     assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash IS NOT NULL").fetchone()[0] == 41
-    rebuild = pipeline.tick()             # drained: a space_index run builds it again
+    # Lexical search without its index reads every passage: the same answer it gives with it.
+    words = CliRunner().invoke(cli, ["search", "heron gate 17 tides", "--mode", "lexical", "--json"])
+    assert words.exit_code == 0, words.output
+    without_index = json.loads(words.output)["results"]
+    assert without_index and without_index[0]["url"] == "https://docs.example.com/p17"
+    rebuild = pipeline.tick()             # drained: a space_index run builds them again
     assert [r.job_name for r in rebuild.runs] == ["space_index"]
-    assert scan(conn) == "hnsw"
+    assert (scan(conn), lexical(conn)) == ("hnsw", "gin")
+    again = CliRunner().invoke(cli, ["search", "heron gate 17 tides", "--mode", "lexical", "--json"])
+    assert json.loads(again.output)["results"] == without_index
     active = spaces.active(conn)
     vectors = conn.execute(f"SELECT count(*) FROM space_vectors_{active.space_id}").fetchone()[0]
     said = [e.user_message for e in pipeline.instance.all_logs(rebuild.runs[0].run_id)]
     # SPACE_BUILD_MEMORY=auto: these few vectors get the floor, in which their graph fits.
     assert any(f"built over {vectors:,} vectors" in m and "maintenance_work_mem 64MB:" in m for m in said), said
+    assert any(m.startswith("GIN index of chunks.text_search built") for m in said), said
     assert spaces.indexed_rows(conn, active) == conn.execute(
         f"SELECT count(*) FROM space_vectors_{active.space_id}").fetchone()[0]
 
     for n in range(1, 4):                 # a trickle of recrawls: 3 changed pages against ~80
         deliver(base, f"https://docs.example.com/p{n}", page(n, " again"))
     assert [r.job_name for r in pipeline.tick().runs] == ["index_batch"]
-    assert scan(conn) == "hnsw"
+    assert (scan(conn), lexical(conn)) == ("hnsw", "gin")
 
 
 @pytest.mark.parametrize("indexed, backlog, defer", [

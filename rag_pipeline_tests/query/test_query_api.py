@@ -212,7 +212,10 @@ def test_rag_pipeline_serve_answers_over_http(env):
                 return False
 
         wait_until(healthy, 60, "`rag-pipeline serve` to answer /healthz")
-        hits = httpx.post(f"{base}/search", json={"question": QUESTION, "k": 3}, headers=AUTH).json()["results"]
+        # The first search loads the embedder in the server: no speed asked here (a busy machine).
+        answer = httpx.post(f"{base}/search", json={"question": QUESTION, "k": 3}, headers=AUTH, timeout=60).json()
+        assert (answer["vector_scan"], answer["lexical_scan"]) == ("hnsw", "gin")
+        hits = answer["results"]
         assert len(hits) == 3 and hits[0]["url"] == WEBHOOKS
     finally:
         proc.terminate()

@@ -1,6 +1,7 @@
-"""The active space's HNSW index around bulk loads (core/bulk_load.py): dropped by delivery_sensor
-while a large backlog is written, built again concurrently by a `space_index` run once the
-backlog has drained. Search reads the table exactly meanwhile, and says so."""
+"""The search indexes around bulk loads (core/bulk_load.py): the active space's HNSW index and the
+GIN index of `chunks.text_search`, dropped by delivery_sensor while a large backlog is written and
+built again concurrently by a `space_index` run once the backlog has drained. Search reads the
+tables exactly meanwhile (the same results, slower), and says so."""
 
 import time
 
@@ -8,7 +9,7 @@ import dagster as dg
 
 from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
-from rag_pipeline.store import deliveries, spaces
+from rag_pipeline.store import deliveries, spaces, text_search
 
 SPACE_INDEX_JOB = "space_index"
 # A build in one of these states is the build still to come: no second one is requested.
@@ -18,45 +19,54 @@ _PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dags
 
 @dg.op(out={}, tags={"kind": "pgvector"})
 def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource, settings: SettingsResource):
-    """Build the active space's HNSW index over every vector written without it, concurrently:
-    page switches go on meanwhile."""
+    """Build the search indexes a bulk load wrote without, concurrently: page switches go on
+    meanwhile. The vector index first: search reads it in every mode but lexical."""
     current = settings.get()
+    built_any = False
     with postgres.connect() as conn:
         space = spaces.active(conn)
-        if space is None or spaces.index_state(conn, space) == "valid":
-            context.log.info("the active space's index is in place: nothing to build")
-            return
-        started = time.monotonic()
-        built = spaces.build_index_concurrently(conn, space, current.space_build_memory, current.hnsw_build_workers)
-    took = time.monotonic() - started
-    fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several times "
-                                 "slower: raise SPACE_BUILD_MEMORY)")
-    context.log.info(f"HNSW index of space {space.space_id} built over {built.vectors:,} vectors in {took:.1f} s "
-                     f"with maintenance_work_mem {built.maintenance_work_mem}{fit}: search uses it again")
+        if space is not None and spaces.index_state(conn, space) != "valid":
+            built_any = True
+            started = time.monotonic()
+            built = spaces.build_index_concurrently(conn, space, current.space_build_memory,
+                                                    current.hnsw_build_workers)
+            fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several "
+                                         "times slower: raise SPACE_BUILD_MEMORY)")
+            context.log.info(f"HNSW index of space {space.space_id} built over {built.vectors:,} vectors in "
+                             f"{time.monotonic() - started:.1f} s with maintenance_work_mem "
+                             f"{built.maintenance_work_mem}{fit}: vector search uses it again")
+        if text_search.index_state(conn) != "valid":
+            built_any = True
+            started = time.monotonic()
+            text_search.build_index_concurrently(conn, current.hnsw_build_workers)
+            context.log.info(f"GIN index of chunks.text_search built in {time.monotonic() - started:.1f} s: "
+                             "lexical search uses it again")
+    if not built_any:
+        context.log.info("the search indexes are in place: nothing to build")
 
 
 @dg.job(name=SPACE_INDEX_JOB, tags={"rag/kind": "index"},
-        description="Build the active space's HNSW index after a bulk load (requested by delivery_sensor).")
+        description="Build the search indexes (HNSW, GIN) again after a bulk load (requested by delivery_sensor).")
 def space_index():
     build_space_index()
 
 
 def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRequest | None, str | None]:
-    """One look at the index and the backlog: drop the index for a bulk load, or ask for its
+    """One look at the indexes and the backlog: drop them for a bulk load, or ask for their
     rebuild once the backlog has drained. Returns the run to request and what was done."""
     space = spaces.active(conn)
     if space is None:
         return None, None
     policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
     backlog = backlog_rows(deliveries.queued_chars(conn))
-    state = spaces.index_state(conn, space)
-    if state == "valid":
+    if spaces.index_state(conn, space) == "valid" and text_search.index_state(conn) == "valid":
         indexed = spaces.indexed_rows(conn, space)
         if not policy.defer(indexed, backlog):
             return None, None
         spaces.drop_index(conn, space)
-        return None, (f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed; the HNSW index "
-                      "is dropped until they are written (search is exact meanwhile)")
+        text_search.drop_index(conn)
+        return None, (f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed; the HNSW and GIN "
+                      "indexes are dropped until they are written (search is exact meanwhile)")
     if not policy.rebuild(backlog):
         return None, None
     pending = instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=_PENDING), limit=1)
@@ -64,7 +74,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
         return None, None
     return (dg.RunRequest(job_name=SPACE_INDEX_JOB, run_key=f"space-index-{time.time():.3f}",
                           tags={"rag/space": str(space.space_id)}),
-            f"the backlog has drained (~{backlog:,} vectors left): building the HNSW index again")
+            f"the backlog has drained (~{backlog:,} vectors left): building the search indexes again")
 
 
 @dg.definitions

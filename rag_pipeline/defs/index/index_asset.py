@@ -15,7 +15,7 @@ import dagster as dg
 from rag_pipeline.defs.index.checks import index_checks_job
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import crawl_observations, index_figures, schedule, spaces
+from rag_pipeline.store import crawl_observations, index_figures, schedule, spaces, text_search
 
 INDEX = dg.AssetKey("index")
 
@@ -51,8 +51,9 @@ def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> 
         "price_note": (f"{settings.resolved_embedding_provider()} model at {price:g} USD per million tokens"
                        if price else "local model: embedding costs nothing here; saved_usd_at_reference_price "
                                      "prices the tokens avoided at EMBEDDING_REFERENCE_PRICE_PER_MTOK"),
-        # `hnsw`, or `exact (…)` while the index makes way for a bulk load: the UI says which.
+        # `hnsw` and `gin`, or `exact (…)` while the indexes make way for a bulk load: the UI says which.
         "vector_scan": spaces.search_scan(conn),
+        "lexical_scan": text_search.lexical_scan(conn),
     }
     return dg.AssetMaterialization(asset_key=INDEX, metadata=metadata,
                                    description=f"the index at {now.astimezone(UTC).isoformat(timespec='seconds')}")
