@@ -94,7 +94,7 @@ def held_by_location(built: dg.Definitions, holds: Holds) -> dg.Definitions:
 def _index_reads_every_site(built: dg.Definitions) -> dg.Definitions:
     """`index` is the whole index: its lineage comes from every `embeddings` asset, the catch-all's
     and each site's (shard's), which only the built tree knows."""
-    from rag_pipeline.defs.index.index_asset import INDEX
+    from rag_pipeline.defs.index.assets import INDEX
 
     keys = [spec.key for asset in built.assets or [] for spec in
             (asset.specs if isinstance(asset, dg.AssetsDefinition) else [asset] if isinstance(asset, dg.AssetSpec) else [])]

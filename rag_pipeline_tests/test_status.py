@@ -85,7 +85,7 @@ def test_status_names_the_failing_checks_from_the_dagster_instance(conn, databas
     checks = json.loads(shown.output)["checks"]
     assert checks["instance"] == str(home)
     (failing,) = checks["failing"]
-    assert failing["check"] == "embeddings:no_chunk_of_a_tombstoned_page" and failing["state"] == "failed"
+    assert failing["check"] == "index:no_chunk_of_a_tombstoned_page" and failing["state"] == "failed"
     assert failing["severity"] == "ERROR" and "https://example.com/gone" in failing["description"]
     assert 0 <= failing["minutes_ago"] < 5
     assert checks["passed"] == 6    # the other index checks; the crawler's have their own schedule

@@ -12,5 +12,5 @@ def test_crawl_definitions():
     for job in ("push", "seed", "recrawl_now", "cadence_refresh"):
         defs.resolve_job_def(job)
     graph = defs.resolve_asset_graph()
-    checks = {key.name for key in graph.asset_check_keys if key.asset_key == dg.AssetKey("pages")}
+    checks = {key.name for key in graph.asset_check_keys if key.asset_key == dg.AssetKey("index")}
     assert set(CHECK_NAMES) <= checks

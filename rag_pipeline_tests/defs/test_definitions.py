@@ -62,6 +62,21 @@ def test_page_runs_do_not_run_index_wide_checks():
     assert defs.resolve_job_def("index_checks").asset_layer.asset_graph.asset_check_keys
 
 
+def test_index_wide_checks_sit_on_the_index_asset_not_on_a_part_of_it():
+    from rag_pipeline.crawl.crawler_health import CHECK_NAMES
+    from rag_pipeline.defs.index import checks
+
+    keys = load_defs().resolve_asset_graph().asset_check_keys
+    index_wide = {checks.INDEX_MATCHES_SOURCE, checks.NO_TOMBSTONED_CHUNKS, checks.ONE_ACTIVE_SPACE,
+                  checks.NO_STUCK_DELIVERIES, checks.INDEX_RUNS_SUCCEED, checks.QUEUE_DRAINS,
+                  checks.EMBEDDING_API_ANSWERS, *CHECK_NAMES}
+    assert {k.name for k in keys if k.asset_key == dg.AssetKey("index")} == index_wide
+    assert not [k for k in keys if k.asset_key in {dg.AssetKey("pages"), dg.AssetKey("embeddings")}]
+    # The job runs the index's seven; crawler_health_sensor records the crawler's four.
+    job_keys = load_defs().resolve_job_def("index_checks").asset_layer.asset_graph.asset_check_keys
+    assert {k.name for k in job_keys} == index_wide - set(CHECK_NAMES)
+
+
 @pytest.mark.parametrize("provider, kind, not_kind", [("local", "onnx", "openai"), ("openai", "openai", "onnx")])
 def test_the_embeddings_asset_shows_the_configured_embedders_kind(provider, kind, not_kind):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "OPENAI_"))}

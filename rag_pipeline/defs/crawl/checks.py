@@ -1,12 +1,12 @@
-"""Crawler health as asset checks on `pages`: its freshness depends on the crawler."""
+"""Crawler health as asset checks on `index`, the whole index: its freshness depends on the crawler."""
 
 import dagster as dg
 
 from rag_pipeline.crawl import crawler_health
+from rag_pipeline.defs.index.assets import INDEX
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
 from rag_pipeline.store import pushes, schedule
 
-PAGES = dg.AssetKey("pages")
 _DESCRIPTIONS = {
     crawler_health.CRAWLER_NOT_PAUSED: "The crawler is not paused and its stats are readable.",
     crawler_health.CRAWLER_QUEUE_NOT_GROWING: "The crawler's waiting queue is below CRAWLER_WAITING_MAX and not growing.",
@@ -34,7 +34,7 @@ def health_outcomes(postgres: PostgresResource, crawler: CrawlerResource, settin
 
 def _fields(outcome: crawler_health.Outcome) -> dict:
     """What the sensor's evaluation and the check's result both carry."""
-    return {"asset_key": PAGES, "check_name": outcome.check_name, "passed": outcome.passed,
+    return {"asset_key": INDEX, "check_name": outcome.check_name, "passed": outcome.passed,
             "severity": dg.AssetCheckSeverity.WARN if outcome.warn else dg.AssetCheckSeverity.ERROR,
             "description": outcome.description,
             "metadata": {"description": outcome.description, **outcome.metadata}}
@@ -45,7 +45,7 @@ def to_evaluation(outcome: crawler_health.Outcome) -> dg.AssetCheckEvaluation:
 
 
 @dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset=PAGES, description=_DESCRIPTIONS[name]) for name in crawler_health.CHECK_NAMES],
+    specs=[dg.AssetCheckSpec(name, asset=INDEX, description=_DESCRIPTIONS[name]) for name in crawler_health.CHECK_NAMES],
     description="Crawler health (also recorded every minute by crawler_health_sensor).",
 )
 def crawler_health_checks(postgres: PostgresResource, crawler: CrawlerResource, settings: SettingsResource):

@@ -27,6 +27,8 @@ GROUP = "index"
 # The assets' keys, for the modules that select or report them: the definitions themselves are
 # only `defs`' below (the loader would take an imported copy for a second asset).
 PAGES, CHUNKS, EMBEDDINGS = dg.AssetKey("pages"), dg.AssetKey("chunks"), dg.AssetKey("embeddings")
+# The whole index (index_asset.py): the index-wide checks live on it, not on the catch-all's assets.
+INDEX = dg.AssetKey("index")
 
 
 # A backfill from the UI (or a launched partition range) runs up to this many pages a run, as

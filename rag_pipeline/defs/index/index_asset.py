@@ -12,12 +12,11 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
+from rag_pipeline.defs.index.assets import INDEX
 from rag_pipeline.defs.index.checks import index_checks_job
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import crawl_observations, index_figures, schedule, spaces, text_search
-
-INDEX = dg.AssetKey("index")
 
 index_asset = dg.AssetSpec(
     INDEX,

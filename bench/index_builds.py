@@ -1,0 +1,130 @@
+"""What the search indexes cost around a bulk load (issue 24): the HNSW build with too little and
+with enough `maintenance_work_mem`, and the GIN index of lexical search kept up row by row
+against built once afterwards.
+
+  hnsw   N random unit vectors of D dims (generated in SQL), then `CREATE INDEX CONCURRENTLY … USING
+         hnsw (embedding vector_cosine_ops)` (the project's opclass, pgvector's default m=16 and
+         ef_construction=64, max_parallel_maintenance_workers 1) with each memory of --memories;
+         `auto` is core/build_memory.py's size for N vectors. pgvector's notice when the graph
+         stops fitting is printed with the tuples it held.
+  gin    The first --gin-pages pages of the throughput bench's corpus (bench/pipeline_throughput.py,
+         its cache), cut at ~1,600 characters, COPYed in batches of 1,000 pages into a table shaped
+         like `chunks`' lexical part (`text`, a generated `to_tsvector('english', text)` column): once
+         with the GIN index in place, once without it and the index built afterwards (CONCURRENTLY,
+         text_search.BUILD_MEMORY). WAL bytes from pg_stat_wal.
+
+The last line is
+`INDEX_BUILDS hnsw_vectors=… hnsw_small_s=… hnsw_auto_s=… gin_kept_s=… gin_after_s=… gin_wal_ratio=…`.
+
+    .venv/bin/python bench/index_builds.py                                   # 50,000 vectors; ~5 min
+    .venv/bin/python bench/index_builds.py --vectors 743000 --memories auto  # the 100,000-page load's
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+import psycopg  # noqa: E402
+
+from bench.database import bench_database  # noqa: E402
+from rag_pipeline.core.build_memory import AUTO, build_memory  # noqa: E402
+from rag_pipeline.store import text_search  # noqa: E402
+
+STEP = 50_000
+
+
+def hnsw_builds(conn, vectors: int, dims: int, memories: list[str]) -> dict[str, float]:
+    conn.execute(f"CREATE TABLE bench_vectors (id int, embedding vector({dims}))")
+    started = time.monotonic()
+    for low in range(0, vectors, STEP):
+        # Each row's own random vector: the subquery refers to the row, so it runs once a row.
+        conn.execute(f"INSERT INTO bench_vectors SELECT g, (SELECT array_agg(random() - 0.5) FROM generate_series(1, {dims})"
+                     f" WHERE g >= 0)::vector({dims}) FROM generate_series(%s, %s) g",
+                     (low, min(vectors, low + STEP) - 1))
+    conn.execute("VACUUM ANALYZE bench_vectors")
+    print(f"hnsw: {vectors:,} random {dims}-dim vectors written in {time.monotonic() - started:.1f} s", flush=True)
+    took = {}
+    for memory in memories:
+        granted = build_memory(AUTO, vectors, dims, 4, psutil.virtual_memory().total)[0] if memory == AUTO else memory
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (granted,))
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        started = time.monotonic()
+        conn.execute("CREATE INDEX CONCURRENTLY bench_vectors_hnsw ON bench_vectors USING hnsw (embedding vector_cosine_ops)")
+        took[memory] = time.monotonic() - started
+        size = conn.execute("SELECT pg_size_pretty(pg_relation_size('bench_vectors_hnsw'))").fetchone()[0]
+        print(f"hnsw: maintenance_work_mem {memory} ({granted}): built in {took[memory]:.1f} s, index {size}", flush=True)
+        conn.execute("DROP INDEX bench_vectors_hnsw")
+    conn.execute("DROP TABLE bench_vectors")
+    return took
+
+
+def corpus_chunks(pages: int, seed: int) -> list[list[str]]:
+    from bench.pipeline_throughput import make_corpus
+
+    batches, batch = [], []
+    for n, page in enumerate(make_corpus(pages, seed)[:pages]):
+        text = ""
+        for block in page.blocks:
+            text += block + "\n\n"
+            if len(text) > 1_600:
+                batch.append(text)
+                text = ""
+        if text:
+            batch.append(text)
+        if (n + 1) % 1_000 == 0:
+            batches.append(batch)
+            batch = []
+    return batches + ([batch] if batch else [])
+
+
+def gin_load(conn, batches: list[list[str]], index_first: bool) -> tuple[float, int]:
+    conn.execute("DROP TABLE IF EXISTS bench_chunks")
+    conn.execute("CREATE TABLE bench_chunks (id uuid PRIMARY KEY, text text,"
+                 " text_search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED)")
+    if index_first:
+        conn.execute("CREATE INDEX bench_chunks_gin ON bench_chunks USING gin (text_search)")
+    wal = conn.execute("SELECT wal_bytes FROM pg_stat_wal").fetchone()[0]
+    started = time.monotonic()
+    for batch in batches:
+        with conn.transaction(), conn.cursor().copy("COPY bench_chunks (id, text) FROM STDIN") as copy:
+            for text in batch:
+                copy.write_row((uuid.uuid4(), text))
+    if not index_first:
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (text_search.BUILD_MEMORY,))
+        conn.execute("CREATE INDEX CONCURRENTLY bench_chunks_gin ON bench_chunks USING gin (text_search)")
+    return time.monotonic() - started, int(conn.execute("SELECT wal_bytes FROM pg_stat_wal").fetchone()[0] - wal)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vectors", type=int, default=50_000)
+    parser.add_argument("--dims", type=int, default=256)
+    parser.add_argument("--memories", default="16MB,auto", help="maintenance_work_mem of each HNSW build")
+    parser.add_argument("--gin-pages", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    memories = [m.strip() for m in args.memories.split(",") if m.strip()]
+    with bench_database("bench_index_builds") as url, psycopg.connect(url, autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: print(f"  PostgreSQL: {d.message_primary}", flush=True))
+        hnsw = hnsw_builds(conn, args.vectors, args.dims, memories)
+        batches = corpus_chunks(args.gin_pages, args.seed)
+        print(f"gin: {args.gin_pages:,} pages, {sum(map(len, batches)):,} chunks", flush=True)
+        kept, kept_wal = gin_load(conn, batches, index_first=True)
+        after, after_wal = gin_load(conn, batches, index_first=False)
+        print(f"gin: kept up while loading {kept:.1f} s, {kept_wal / 2**20:,.0f} MB of WAL; "
+              f"built afterwards {after:.1f} s in all, {after_wal / 2**20:,.0f} MB", flush=True)
+    small = hnsw.get(memories[0], float("nan"))
+    print(f"INDEX_BUILDS hnsw_vectors={args.vectors} hnsw_small_s={small:.1f} hnsw_auto_s={hnsw.get(AUTO, float('nan')):.1f} "
+          f"gin_kept_s={kept:.1f} gin_after_s={after:.1f} gin_wal_ratio={kept_wal / max(after_wal, 1):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
