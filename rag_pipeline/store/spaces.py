@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from rag_pipeline.core import build_memory
-from rag_pipeline.store import db
+from rag_pipeline.store import indexes
 
 SPACE_LOCK_KEY = 0x5241_4702
 HNSW_VECTOR_MAX_DIMS = 2000
@@ -164,12 +164,8 @@ def create_index(conn: psycopg.Connection, space: Space) -> None:
 
 
 def index_state(conn: psycopg.Connection, space: Space) -> str:
-    """'valid', 'invalid' (a concurrent build that failed half-way) or 'missing'."""
-    row = conn.execute(
-        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        " WHERE c.relname = %s", (space.index_name(),)
-    ).fetchone()
-    return "missing" if row is None else ("valid" if row[0] else "invalid")
+    """'valid', 'invalid' (a concurrent build under way, or one that failed half-way) or 'missing'."""
+    return indexes.state(conn, space.index_name())
 
 
 def search_scan(conn: psycopg.Connection) -> str:
@@ -192,9 +188,8 @@ def indexed_rows(conn: psycopg.Connection, space: Space) -> int:
 
 def drop_index(conn: psycopg.Connection, space: Space) -> None:
     """Make way for a bulk load: rows go in without the per-row HNSW cost, and search scans the
-    table exactly meanwhile. CONCURRENTLY: page switches in flight are waited for, never blocked."""
-    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
-    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
+    table exactly meanwhile."""
+    indexes.drop_concurrently(conn, space.index_name())
 
 
 @dataclass(frozen=True)
@@ -209,19 +204,9 @@ def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
     writing the table meanwhile (CONCURRENTLY takes no lock that blocks them).
     `maintenance_work_mem` may be `auto`: sized from the vectors to index (core/build_memory.py)."""
-    db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
-    if index_state(conn, space) == "invalid":
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(space.index_name())))
     vectors = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(space.table())).fetchone()[0]
     memory, fits = build_memory.build_memory(maintenance_work_mem, vectors, space.dimensions,
                                              4 if space.vector_type == "vector" else 2,
                                              psutil.virtual_memory().total)
-    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (memory,))
-    if parallel_workers is not None:
-        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
-    try:
-        conn.execute(_index_sql(space, concurrently=True))
-    finally:   # session settings: a pooled connection goes back as it came
-        conn.execute("RESET maintenance_work_mem")
-        conn.execute("RESET max_parallel_maintenance_workers")
+    indexes.build_concurrently(conn, space.index_name(), _index_sql(space, concurrently=True), memory, parallel_workers)
     return IndexBuild(vectors, memory, fits)

@@ -8,7 +8,7 @@ import logging
 import psycopg
 from psycopg import sql
 
-from rag_pipeline.store import db
+from rag_pipeline.store import indexes
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,7 @@ def common_shares(conn: psycopg.Connection) -> tuple[dict[str, float], float]:
 
 
 def index_state(conn: psycopg.Connection) -> str:
-    """'valid', 'invalid' (a concurrent build that failed half-way, or one under way) or 'missing'."""
-    row = conn.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-                       " WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace",
-                       (INDEX,)).fetchone()
-    return "missing" if row is None else ("valid" if row[0] else "invalid")
+    return indexes.state(conn, INDEX)
 
 
 def lexical_scan(conn: psycopg.Connection) -> str:
@@ -91,22 +87,12 @@ def lexical_scan(conn: psycopg.Connection) -> str:
 
 def drop_index(conn: psycopg.Connection) -> None:
     """Make way for a bulk load: keeping a GIN index up row by row costs ~2.5x building it once
-    afterwards, and writes ~4.5x the WAL (bench/README.md). CONCURRENTLY: switches are not blocked."""
-    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
-    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(INDEX)))
+    afterwards, and writes ~4.5x the WAL (bench/index_builds.py)."""
+    indexes.drop_concurrently(conn, INDEX)
 
 
 def build_index_concurrently(conn: psycopg.Connection, parallel_workers: int | None = None) -> None:
     """The GIN index over `chunks.text_search`, built once after a bulk load; switches go on."""
-    db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
-    if index_state(conn) == "invalid":
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(INDEX)))
-    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (BUILD_MEMORY,))
-    if parallel_workers is not None:
-        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
-    try:
-        conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON chunks USING gin (text_search)")
-                     .format(sql.Identifier(INDEX)))
-    finally:   # session settings: a pooled connection goes back as it came
-        conn.execute("RESET maintenance_work_mem")
-        conn.execute("RESET max_parallel_maintenance_workers")
+    indexes.build_concurrently(
+        conn, INDEX, sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON chunks USING gin (text_search)")
+        .format(sql.Identifier(INDEX)), BUILD_MEMORY, parallel_workers)

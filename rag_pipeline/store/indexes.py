@@ -1,0 +1,41 @@
+"""Search indexes dropped and built again around bulk loads (the active space's HNSW index, the
+GIN index of lexical search): their state, and a concurrent drop or build with session settings
+that go back with the pooled connection."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from rag_pipeline.store import db
+
+
+def state(conn: psycopg.Connection, name: str) -> str:
+    """'valid', 'invalid' (a concurrent build under way, or one that failed half-way) or 'missing'."""
+    row = conn.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                       " WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace",
+                       (name,)).fetchone()
+    return "missing" if row is None else ("valid" if row[0] else "invalid")
+
+
+def drop_concurrently(conn: psycopg.Connection, name: str) -> None:
+    """CONCURRENTLY: writes in flight are waited for, never blocked."""
+    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
+    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def build_concurrently(conn: psycopg.Connection, name: str, create: sql.Composable, maintenance_work_mem: str,
+                       parallel_workers: int | None = None) -> None:
+    """Run ``create`` (a CREATE INDEX CONCURRENTLY of ``name``) once what a failed build left is
+    gone; writers go on meanwhile."""
+    db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
+    if state(conn, name) == "invalid":
+        drop_concurrently(conn, name)
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+    if parallel_workers is not None:
+        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
+    try:
+        conn.execute(create)
+    finally:   # session settings: a pooled connection goes back as it came
+        conn.execute("RESET maintenance_work_mem")
+        conn.execute("RESET max_parallel_maintenance_workers")
