@@ -129,7 +129,13 @@ def make_corpus(n: int, seed: int) -> list[Page]:
     digest = hashlib.sha256(code.encode()).hexdigest()[:16]
     path = Path.home() / ".cache" / "rag-pipeline-bench" / f"corpus-{n}-{seed}-{digest}.pickle"
     if path.is_file():
-        return pickle.loads(path.read_bytes())
+        class Unpickler(pickle.Unpickler):
+            # Written by this file run as a program: its pages are `__main__.Page`, whoever reads them.
+            def find_class(self, module: str, name: str):
+                return Page if (module, name) == ("__main__", "Page") else super().find_class(module, name)
+
+        with path.open("rb") as cached:
+            return Unpickler(cached).load()
     pages = _generate(n, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")

@@ -6,7 +6,7 @@ than inserting a backlog of ~0.3x the rows indexed through it
 (pgvector's own advice for bulk loads). So the index is dropped while the rows waiting to be
 written outnumber what a rebuild would cost (`defer`), and built again, concurrently, once the
 backlog has drained (`rebuild`). The GIN index of lexical search follows the same rule: kept up
-row by row it costs ~2.5x its build afterwards. A trickle of recrawls is far below the threshold:
+row by row it costs ~2.3x its build afterwards. A trickle of recrawls is far below the threshold:
 the indexes stay. Figures: bench/hnsw_threshold.py, bench/README.md.
 """
 

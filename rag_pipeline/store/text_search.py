@@ -86,8 +86,8 @@ def lexical_scan(conn: psycopg.Connection) -> str:
 
 
 def drop_index(conn: psycopg.Connection) -> None:
-    """Make way for a bulk load: keeping a GIN index up row by row costs ~2.5x building it once
-    afterwards, and writes ~4.5x the WAL (bench/index_builds.py)."""
+    """Make way for a bulk load: keeping a GIN index up row by row costs ~2.3x building it once
+    afterwards, and writes ~4.4x the WAL (bench/index_builds.py)."""
     indexes.drop_concurrently(conn, INDEX)
 
 
