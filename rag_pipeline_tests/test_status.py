@@ -89,13 +89,13 @@ def test_status_names_the_failing_checks_from_the_dagster_instance(conn, databas
     assert failing["severity"] == "ERROR" and "https://example.com/gone" in failing["description"]
     assert 0 <= failing["minutes_ago"] < 5
     assert checks["passed"] == 6    # the other index checks; the crawler's have their own schedule
-    assert "pages:pushes_delivered" in checks["not_evaluated"]
+    assert "index:pushes_delivered" in checks["not_evaluated"]
 
     table = CliRunner().invoke(cli, ["status"])
     lines = [" ".join(line.split()) for line in table.output.splitlines()]
     assert any(line.startswith("checks: 1 failing, 6 passing, not evaluated yet:") for line in lines), lines
     assert "failing checks" in lines
-    assert any(line.startswith("embeddings:no_chunk_of_a_tombstoned_page ERROR") for line in lines), lines
+    assert any(line.startswith("index:no_chunk_of_a_tombstoned_page ERROR") for line in lines), lines
 
 
 def test_status_says_where_it_looked_for_checks_when_there_is_no_instance(conn, database_url, monkeypatch,
