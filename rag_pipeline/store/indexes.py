@@ -4,17 +4,20 @@ that go back with the pooled connection."""
 
 from __future__ import annotations
 
+import logging
+
 import psycopg
 from psycopg import sql
 
 from rag_pipeline.store import db
 
+log = logging.getLogger(__name__)
+
 
 def state(conn: psycopg.Connection, name: str) -> str:
     """'valid', 'invalid' (a concurrent build under way, or one that failed half-way) or 'missing'."""
     row = conn.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-                       " WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace",
-                       (name,)).fetchone()
+                       " WHERE c.relname = %s", (name,)).fetchone()
     return "missing" if row is None else ("valid" if row[0] else "invalid")
 
 
@@ -35,7 +38,17 @@ def build_concurrently(conn: psycopg.Connection, name: str, create: sql.Composab
     if parallel_workers is not None:
         conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
     try:
-        conn.execute(create)
+        try:
+            conn.execute(create)
+        except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory) as exc:
+            # A parallel build reserves all of maintenance_work_mem in the server's shared memory
+            # (/dev/shm: 64MB in a default container); a serial build needs none of it.
+            if parallel_workers == 0 or "shared memory" not in str(exc):
+                raise
+            log.warning("parallel build of %s found too little shared memory (%s): building it serially", name, exc)
+            drop_concurrently(conn, name)
+            conn.execute("SET max_parallel_maintenance_workers = 0")
+            conn.execute(create)
     finally:   # session settings: a pooled connection goes back as it came
         conn.execute("RESET maintenance_work_mem")
         conn.execute("RESET max_parallel_maintenance_workers")

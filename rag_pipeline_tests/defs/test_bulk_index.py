@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import dagster as dg
+import psycopg
 import pytest
 from click.testing import CliRunner
 
@@ -91,3 +93,24 @@ def test_the_policy(indexed, backlog, defer):
     policy = IndexPolicy(ratio=0.5, floor=20)
     assert policy.defer(indexed, backlog) is defer
     assert policy.rebuild(9) and not policy.rebuild(10)
+
+
+def test_a_failed_build_still_builds_the_other_index_and_is_not_retried_on_every_tick(stack, conn, monkeypatch):
+    base, pipeline = stack
+    deliver(base, "https://docs.example.com/first", page(0))
+    pipeline.tick()
+    for n in range(1, 41):
+        deliver(base, f"https://docs.example.com/p{n}", page(n))
+    tick = pipeline.tick(execute=False)                 # the indexes make way
+    for request in tick.result.run_requests:
+        pipeline.defs.resolve_job_def("index_batch").execute_in_process(
+            run_config=request.run_config, instance=pipeline.instance, tags=request.tags)
+
+    def no_room(*args, **kwargs):
+        raise psycopg.errors.DiskFull("could not resize shared memory segment: No space left on device")
+
+    monkeypatch.setattr(spaces, "build_index_concurrently", no_room)
+    failed = pipeline.tick(expect_success=False)        # drained: space_index runs, its HNSW build fails
+    assert [(r.job_name, r.status) for r in failed.runs] == [("space_index", dg.DagsterRunStatus.FAILURE)]
+    assert (scan(conn), lexical(conn)) == ("exact (HNSW index dropped for a bulk load)", "gin")
+    assert not pipeline.tick().runs                     # not again at once: after REBUILD_BACKOFF_S

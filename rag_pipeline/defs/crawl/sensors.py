@@ -1,5 +1,5 @@
 """recrawl_sensor pushes the pages that are due; crawler_health_sensor reports crawler health
-as check results on `pages`, so a paused crawler shows as a failed check in the UI."""
+as check results on `index`, so a paused crawler shows as a failed check in the UI."""
 
 import json
 import time
@@ -96,7 +96,7 @@ def _pending_refresh(instance: dg.DagsterInstance) -> str | None:
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Reads the crawler's stats and the pushes table every minute and records the crawler "
-        "checks on `pages`: paused crawler, growing waiting queue, pushes with no delivery."
+        "checks on `index`: paused crawler, growing waiting queue, pushes with no delivery."
     ),
 )
 def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
@@ -110,7 +110,7 @@ def crawler_health_sensor(context: dg.SensorEvaluationContext, postgres: Postgre
     return dg.SensorResult(
         asset_events=[to_evaluation(o) for o in outcomes],
         cursor=json.dumps({"waiting": (history + [waiting])[-10:]}),
-        skip_reason=dg.SkipReason(f"{len(outcomes)} crawler checks recorded on `pages`, {said}; "
+        skip_reason=dg.SkipReason(f"{len(outcomes)} crawler checks recorded on `index`, {said}; "
                                   f"{waiting} page(s) waiting at the crawler"),
     )
 

@@ -6,12 +6,14 @@ tables exactly meanwhile (the same results, slower), and says so."""
 import time
 
 import dagster as dg
+import psycopg
 
 from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.store import deliveries, spaces, text_search
 
 SPACE_INDEX_JOB = "space_index"
+REBUILD_BACKOFF_S = 300.0
 # A build in one of these states is the build still to come: no second one is requested.
 _PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
             dg.DagsterRunStatus.STARTED]
@@ -22,25 +24,37 @@ def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource
     """Build the search indexes a bulk load wrote without, concurrently: page switches go on
     meanwhile. The vector index first: search reads it in every mode but lexical."""
     current = settings.get()
-    built_any = False
+    built_any, failed = False, []
     with postgres.connect() as conn:
         space = spaces.active(conn)
         if space is not None and spaces.index_state(conn, space) != "valid":
             built_any = True
             started = time.monotonic()
-            built = spaces.build_index_concurrently(conn, space, current.space_build_memory,
-                                                    current.hnsw_build_workers)
-            fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several "
-                                         "times slower: raise SPACE_BUILD_MEMORY)")
-            context.log.info(f"HNSW index of space {space.space_id} built over {built.vectors:,} vectors in "
-                             f"{time.monotonic() - started:.1f} s with maintenance_work_mem "
-                             f"{built.maintenance_work_mem}{fit}: vector search uses it again")
+            try:
+                built = spaces.build_index_concurrently(conn, space, current.space_build_memory,
+                                                        current.hnsw_build_workers)
+            except psycopg.Error as exc:   # the GIN index is still built: one failure is not two
+                failed.append(f"HNSW index of space {space.space_id}: {exc}")
+                context.log.error(f"building the HNSW index of space {space.space_id} failed: {exc}")
+            else:
+                fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several "
+                                             "times slower: raise SPACE_BUILD_MEMORY)")
+                context.log.info(f"HNSW index of space {space.space_id} built over {built.vectors:,} vectors in "
+                                 f"{time.monotonic() - started:.1f} s with maintenance_work_mem "
+                                 f"{built.maintenance_work_mem}{fit}: vector search uses it again")
         if text_search.index_state(conn) != "valid":
             built_any = True
             started = time.monotonic()
-            text_search.build_index_concurrently(conn, current.hnsw_build_workers)
-            context.log.info(f"GIN index of chunks.text_search built in {time.monotonic() - started:.1f} s: "
-                             "lexical search uses it again")
+            try:
+                text_search.build_index_concurrently(conn, current.hnsw_build_workers)
+            except psycopg.Error as exc:
+                failed.append(f"GIN index of chunks.text_search: {exc}")
+                context.log.error(f"building the GIN index of chunks.text_search failed: {exc}")
+            else:
+                context.log.info(f"GIN index of chunks.text_search built in {time.monotonic() - started:.1f} s: "
+                                 "lexical search uses it again")
+    if failed:
+        raise dg.Failure(description="; ".join(failed))
     if not built_any:
         context.log.info("the search indexes are in place: nothing to build")
 
@@ -72,6 +86,10 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
     pending = instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=_PENDING), limit=1)
     if pending:
         return None, None
+    newest = instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB), limit=1)
+    if (newest and newest[0].dagster_run.status == dg.DagsterRunStatus.FAILURE and newest[0].end_time
+            and time.time() - newest[0].end_time < REBUILD_BACKOFF_S):
+        return None, None   # a build that failed is tried again after a pause, not on every tick
     return (dg.RunRequest(job_name=SPACE_INDEX_JOB, run_key=f"space-index-{time.time():.3f}",
                           tags={"rag/space": str(space.space_id)}),
             f"the backlog has drained (~{backlog:,} vectors left): building the search indexes again")
