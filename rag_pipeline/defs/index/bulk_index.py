@@ -24,38 +24,35 @@ def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource
     """Build the search indexes a bulk load wrote without, concurrently: page switches go on
     meanwhile. The vector index first: search reads it in every mode but lexical."""
     current = settings.get()
-    built_any, failed = False, []
+    builds = []   # (what, build, what to say once built): the vector index first
     with postgres.connect() as conn:
         space = spaces.active(conn)
         if space is not None and spaces.index_state(conn, space) != "valid":
-            built_any = True
-            started = time.monotonic()
-            try:
+            def hnsw() -> str:
                 built = spaces.build_index_concurrently(conn, space, current.space_build_memory,
                                                         current.hnsw_build_workers)
-            except psycopg.Error as exc:   # the GIN index is still built: one failure is not two
-                failed.append(f"HNSW index of space {space.space_id}: {exc}")
-                context.log.error(f"building the HNSW index of space {space.space_id} failed: {exc}")
-            else:
                 fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several "
                                              "times slower: raise SPACE_BUILD_MEMORY)")
-                context.log.info(f"HNSW index of space {space.space_id} built over {built.vectors:,} vectors in "
-                                 f"{time.monotonic() - started:.1f} s with maintenance_work_mem "
-                                 f"{built.maintenance_work_mem}{fit}: vector search uses it again")
+                return (f"over {built.vectors:,} vectors with maintenance_work_mem {built.maintenance_work_mem}{fit}: "
+                        "vector search uses it again")
+            builds.append((f"HNSW index of space {space.space_id}", hnsw))
         if text_search.index_state(conn) != "valid":
-            built_any = True
+            builds.append(("GIN index of chunks.text_search", lambda: (
+                text_search.build_index_concurrently(conn, current.hnsw_build_workers),
+                "over every chunk: lexical search uses it again")[1]))
+        failed = []
+        for what, build in builds:   # one failing does not keep the other from being built
             started = time.monotonic()
             try:
-                text_search.build_index_concurrently(conn, current.hnsw_build_workers)
+                said = build()
             except psycopg.Error as exc:
-                failed.append(f"GIN index of chunks.text_search: {exc}")
-                context.log.error(f"building the GIN index of chunks.text_search failed: {exc}")
+                failed.append(f"{what}: {exc}")
+                context.log.error(f"building the {what} failed: {exc}")
             else:
-                context.log.info(f"GIN index of chunks.text_search built in {time.monotonic() - started:.1f} s: "
-                                 "lexical search uses it again")
+                context.log.info(f"{what} built {said} ({time.monotonic() - started:.1f} s)")
     if failed:
         raise dg.Failure(description="; ".join(failed))
-    if not built_any:
+    if not builds:
         context.log.info("the search indexes are in place: nothing to build")
 
 
