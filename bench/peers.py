@@ -306,7 +306,8 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
         build_s = None
         t = time.perf_counter()
         if hnsw and spaces.index_state(conn, space) != "valid":
-            spaces.build_index_concurrently(conn, space, settings.space_build_memory, settings.hnsw_build_workers)
+            spaces.build_index_concurrently(conn, space, settings.space_build_memory, settings.hnsw_build_workers,
+                                            settings.space_build_memory_max)
             build_s = time.perf_counter() - t
         if text_search.index_state(conn) != "valid":    # lexical search's index, in both configurations
             text_search.build_index_concurrently(conn, settings.hnsw_build_workers)

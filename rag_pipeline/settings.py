@@ -79,6 +79,9 @@ class LocationSettings(BaseSettings):
         return parse_holds(value)
 
 
+_MEMORY = r"^(auto|[0-9]+\s*(kB|MB|GB))$"   # `auto`, or a PostgreSQL memory size
+
+
 class Settings(LocationSettings):
 
     # Where the embedded database and other local state live when DATABASE_URL is unset.
@@ -86,9 +89,7 @@ class Settings(LocationSettings):
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
 
     # Embeddings. `local` is the offline default when no OpenAI key is set.
-    embedding_provider: Literal["openai", "local", "hash"] | None = Field(
-        default=None, alias="EMBEDDING_PROVIDER"
-    )
+    embedding_provider: Literal["openai", "local", "hash"] | None = Field(default=None, alias="EMBEDDING_PROVIDER")
     openai_api_key: str | None = Field(default=None, alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
     embedding_model: str = Field(default="text-embedding-3-small", alias="EMBEDDING_MODEL")
@@ -143,9 +144,10 @@ class Settings(LocationSettings):
     # A tick's pages go into at least this many runs (of 100 pages or more each), which run at
     # once and share the cores: the `embedding_api` pool limit of deploy/dagster.yaml.
     batch_spread: int = Field(default=2, alias="BATCH_SPREAD", ge=1, le=64)
-    # PostgreSQL's maintenance_work_mem while an HNSW index is built: `auto` sizes it from the vectors
-    # (core/build_memory.py, at most a quarter of RAM); a graph that fits builds several times faster.
-    space_build_memory: str = Field(default="auto", alias="SPACE_BUILD_MEMORY", pattern=r"^(auto|[0-9]+\s*(kB|MB|GB))$")
+    # PostgreSQL's maintenance_work_mem while an HNSW index is built: `auto` sizes it from the vectors,
+    # up to SPACE_BUILD_MEMORY_MAX (core/build_memory.py); a graph that fits builds several times faster.
+    space_build_memory: str = Field(default="auto", alias="SPACE_BUILD_MEMORY", pattern=_MEMORY)
+    space_build_memory_max: str = Field(default="auto", alias="SPACE_BUILD_MEMORY_MAX", pattern=_MEMORY)
     # Bulk loads (core/bulk_load.py): the HNSW and GIN search indexes are dropped while the vectors
     # waiting to be written are at least HNSW_DEFER_RATIO of those indexed and HNSW_DEFER_FLOOR,
     # and built again (concurrently, SPACE_BUILD_MEMORY, HNSW_BUILD_WORKERS) once the backlog drained.

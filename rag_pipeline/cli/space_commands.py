@@ -85,6 +85,7 @@ def space_build() -> None:
         with progress("chunks walked", total, every=20 * WALK_PAGE) as advance:
             try:
                 result = build(conn, embedder, maintenance_work_mem=settings.space_build_memory,
+                               memory_max=settings.space_build_memory_max,
                                on_progress=lambda r: advance(r.chunks_walked, f"{r.texts_embedded} texts embedded"))
             except ModelSwitchError as exc:
                 raise CliError(str(exc)) from exc

@@ -4,14 +4,17 @@ pgvector builds its graph in memory and, once the graph outgrows `maintenance_wo
 inserting into the index on disk, which is several times slower: 742,973 vectors of 256 dims took
 ~40 minutes with 256MB, where the whole graph needs ~1.3 GB. With a parallel build the whole
 amount is also reserved up front in shared memory, so asking for much more than the graph needs
-costs RAM for nothing. `auto` asks for what the graph needs, with headroom, up to a share of RAM.
+costs RAM for nothing. `auto` asks for what the graph needs, with headroom, up to a cap: a share of the RAM when the
+server runs on this machine; when it runs elsewhere, whose RAM this process cannot see, what the
+server was sized with (`shared_buffers`, conventionally a quarter of its RAM, or its own
+`maintenance_work_mem`), unless SPACE_BUILD_MEMORY_MAX says more.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["AUTO", "graph_bytes", "build_memory", "parse_size"]
+__all__ = ["AUTO", "graph_bytes", "build_memory", "memory_cap", "parse_size"]
 
 AUTO = "auto"
 # A graph element beyond its vector, at pgvector's default m=16: measured 1,739 bytes a 256-dim
@@ -39,13 +42,23 @@ def graph_bytes(vectors: int, dimensions: int, bytes_per_dimension: int) -> int:
     return vectors * (8 + dimensions * bytes_per_dimension + ELEMENT_OVERHEAD_BYTES)
 
 
+def memory_cap(setting: str, *, local: bool, ram_bytes: int, server_bytes: int) -> int:
+    """The most `auto` may ask for: SPACE_BUILD_MEMORY_MAX if set; else a share of this machine's
+    RAM when the server is on it (`local`), or else `server_bytes`, the larger of the server's
+    `shared_buffers` and `maintenance_work_mem` (asking a remote server for more than it was
+    sized with can get its backend killed by the kernel, which restarts every connection)."""
+    if setting != AUTO:
+        return parse_size(setting)
+    return int(ram_bytes * RAM_SHARE) if local else server_bytes
+
+
 def build_memory(setting: str, vectors: int, dimensions: int, bytes_per_dimension: int,
-                 ram_bytes: int) -> tuple[str, bool]:
+                 cap_bytes: int) -> tuple[str, bool]:
     """The `maintenance_work_mem` for a build, and whether the graph fits in it. A fixed setting
-    is used as it is."""
+    is used as it is; `auto` gets what the graph needs with headroom, within [FLOOR, cap]."""
     need = graph_bytes(vectors, dimensions, bytes_per_dimension)
     if setting != AUTO:
         return setting, need <= parse_size(setting)
-    cap = max(FLOOR_BYTES, int(ram_bytes * RAM_SHARE))
+    cap = max(FLOOR_BYTES, cap_bytes)
     granted = min(cap, max(FLOOR_BYTES, int(need * HEADROOM)))
     return f"{-(-granted // 2**20)}MB", need <= granted

@@ -62,7 +62,8 @@ def _embed_missing(conn: psycopg.Connection, space: spaces.Space, embedder: Embe
 
 
 def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE,
-          maintenance_work_mem: str = "auto", on_progress: Progress | None = None) -> BuildResult:
+          maintenance_work_mem: str = "auto", memory_max: str = "auto",
+          on_progress: Progress | None = None) -> BuildResult:
     """Fill the configured model's space from every live chunk text; the active space is untouched.
     Resumes where a stopped build got to."""
     if chunk_store.count_without_text(conn):
@@ -90,7 +91,7 @@ def build(conn: psycopg.Connection, embedder: Embedder, *, page: int = WALK_PAGE
             log.info("space %s: %d chunks walked, %d texts embedded", space.space_id,
                      result.chunks_walked, result.texts_embedded)
         started = time.monotonic()
-        spaces.build_index_concurrently(conn, space, maintenance_work_mem)
+        spaces.build_index_concurrently(conn, space, maintenance_work_mem, memory_max=memory_max)
         result.index_built, result.index_s = True, time.monotonic() - started
         with conn.transaction():
             space_vectors.mark_filled(conn, space)

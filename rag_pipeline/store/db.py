@@ -197,6 +197,13 @@ def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
 
 
+def server_is_local(conn: psycopg.Connection) -> bool:
+    """Whether the server runs on this machine (a Unix socket, as the embedded server's, or a
+    loopback address): then this machine's memory is the server's."""
+    host = conn.info.host
+    return host.startswith("/") or host == "localhost" or host == "::1" or host.startswith("127.")
+
+
 def require_autocommit(conn: psycopg.Connection, what: str) -> None:
     """For work that must not run inside a transaction (CONCURRENTLY), or that begins and ends its own."""
     if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

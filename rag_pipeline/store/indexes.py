@@ -21,10 +21,18 @@ def state(conn: psycopg.Connection, name: str) -> str:
     return "missing" if row is None else ("valid" if row[0] else "invalid")
 
 
-def drop_concurrently(conn: psycopg.Connection, name: str) -> None:
-    """CONCURRENTLY: writes in flight are waited for, never blocked."""
+def drop_concurrently(conn: psycopg.Connection, name: str, lock_timeout: str | None = None) -> None:
+    """CONCURRENTLY: writes in flight are waited for, never blocked. With `lock_timeout`, a wait
+    for the transactions open on the table gives up (psycopg.errors.LockNotAvailable) instead of
+    holding the caller; the index may then be left invalid, which the next drop or build clears."""
     db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
-    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    if lock_timeout is not None:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (lock_timeout,))
+    try:
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    finally:
+        if lock_timeout is not None:   # a session setting: a pooled connection goes back as it came
+            conn.execute("RESET lock_timeout")
 
 
 def build_concurrently(conn: psycopg.Connection, name: str, create: sql.Composable, maintenance_work_mem: str,

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from rag_pipeline.core import build_memory
-from rag_pipeline.store import indexes
+from rag_pipeline.store import db, indexes
 
 SPACE_LOCK_KEY = 0x5241_4702
 HNSW_VECTOR_MAX_DIMS = 2000
@@ -175,7 +175,7 @@ def search_scan(conn: psycopg.Connection) -> str:
     if space is None:
         return "none"
     return {"valid": "hnsw", "missing": "exact (HNSW index dropped for a bulk load)",
-            "invalid": "exact (HNSW index being built)"}[index_state(conn, space)]
+            "invalid": "exact (HNSW index being built or dropped)"}[index_state(conn, space)]
 
 
 def indexed_rows(conn: psycopg.Connection, space: Space) -> int:
@@ -186,10 +186,10 @@ def indexed_rows(conn: psycopg.Connection, space: Space) -> int:
     return max(0, int(row[0])) if row and row[0] is not None else 0
 
 
-def drop_index(conn: psycopg.Connection, space: Space) -> None:
+def drop_index(conn: psycopg.Connection, space: Space, lock_timeout: str | None = None) -> None:
     """Make way for a bulk load: rows go in without the per-row HNSW cost, and search scans the
     table exactly meanwhile."""
-    indexes.drop_concurrently(conn, space.index_name())
+    indexes.drop_concurrently(conn, space.index_name(), lock_timeout)
 
 
 @dataclass(frozen=True)
@@ -200,13 +200,17 @@ class IndexBuild:
 
 
 def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str,
-                             parallel_workers: int | None = None) -> IndexBuild:
+                             parallel_workers: int | None = None, memory_max: str = build_memory.AUTO) -> IndexBuild:
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
     writing the table meanwhile (CONCURRENTLY takes no lock that blocks them).
-    `maintenance_work_mem` may be `auto`: sized from the vectors to index (core/build_memory.py)."""
+    `maintenance_work_mem` may be `auto`: sized from the vectors to index, at most `memory_max`
+    (core/build_memory.py)."""
     vectors = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(space.table())).fetchone()[0]
+    cap = build_memory.memory_cap(memory_max, local=db.server_is_local(conn), ram_bytes=psutil.virtual_memory().total,
+                                  server_bytes=conn.execute(
+                                      "SELECT greatest(pg_size_bytes(current_setting('shared_buffers')),"
+                                      " pg_size_bytes(current_setting('maintenance_work_mem')))").fetchone()[0])
     memory, fits = build_memory.build_memory(maintenance_work_mem, vectors, space.dimensions,
-                                             4 if space.vector_type == "vector" else 2,
-                                             psutil.virtual_memory().total)
+                                             4 if space.vector_type == "vector" else 2, cap)
     indexes.build_concurrently(conn, space.index_name(), _index_sql(space, concurrently=True), memory, parallel_workers)
     return IndexBuild(vectors, memory, fits)

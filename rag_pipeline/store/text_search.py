@@ -82,13 +82,13 @@ def lexical_scan(conn: psycopg.Connection) -> str:
     """How lexical search reads `chunks` now: `gin`, or `exact` while its index makes way for a
     bulk load (every passage's stored tsvector is matched: the same results, slower)."""
     return {"valid": "gin", "missing": "exact (GIN index dropped for a bulk load)",
-            "invalid": "exact (GIN index being built)"}[index_state(conn)]
+            "invalid": "exact (GIN index being built or dropped)"}[index_state(conn)]
 
 
-def drop_index(conn: psycopg.Connection) -> None:
+def drop_index(conn: psycopg.Connection, lock_timeout: str | None = None) -> None:
     """Make way for a bulk load: keeping a GIN index up row by row costs ~2.3x building it once
     afterwards, and writes ~4.4x the WAL (bench/index_builds.py)."""
-    indexes.drop_concurrently(conn, INDEX)
+    indexes.drop_concurrently(conn, INDEX, lock_timeout)
 
 
 def build_index_concurrently(conn: psycopg.Connection, parallel_workers: int | None = None) -> None:

@@ -1,10 +1,11 @@
-"""The HNSW build's maintenance_work_mem: what the graph needs, up to a share of RAM."""
+"""The HNSW build's maintenance_work_mem: what the graph needs, up to a cap: a share of RAM with the
+server on this machine, what the server was sized with when it is elsewhere."""
 
 from __future__ import annotations
 
 import pytest
 
-from rag_pipeline.core.build_memory import build_memory, graph_bytes, parse_size
+from rag_pipeline.core.build_memory import build_memory, graph_bytes, memory_cap, parse_size
 
 GIB = 2**30
 
@@ -22,9 +23,18 @@ def test_auto_asks_for_what_the_graph_needs_with_headroom():
     assert build_memory("auto", 10, 256, 4, 24 * GIB) == ("64MB", True)    # a floor: tiny builds
 
 
-def test_auto_stops_at_a_quarter_of_ram_and_says_the_graph_does_not_fit():
-    memory, fits = build_memory("auto", 5_000_000, 1536, 4, 16 * GIB)
+def test_auto_stops_at_its_cap_and_says_the_graph_does_not_fit():
+    memory, fits = build_memory("auto", 5_000_000, 1536, 4, 4 * GIB)
     assert parse_size(memory) == 4 * GIB and not fits
+    assert build_memory("auto", 742_973, 256, 4, 0) == ("64MB", False)    # the floor, whatever the cap
+
+
+def test_the_cap_is_a_quarter_of_this_machines_ram_only_when_the_server_is_on_it():
+    assert memory_cap("auto", local=True, ram_bytes=16 * GIB, server_bytes=128 * 2**20) == 4 * GIB
+    # A server elsewhere: its RAM is not this machine's; what it was sized with bounds the ask.
+    assert memory_cap("auto", local=False, ram_bytes=16 * GIB, server_bytes=2 * GIB) == 2 * GIB
+    assert memory_cap("3GB", local=False, ram_bytes=16 * GIB, server_bytes=128 * 2**20) == 3 * GIB
+    assert memory_cap("512MB", local=True, ram_bytes=16 * GIB, server_bytes=0) == 512 * 2**20
 
 
 def test_a_fixed_size_is_kept_and_judged():

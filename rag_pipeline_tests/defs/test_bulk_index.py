@@ -8,13 +8,18 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+import psutil
 import psycopg
 import pytest
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
+from rag_pipeline.core import build_memory
 from rag_pipeline.core.bulk_load import IndexPolicy
-from rag_pipeline.store import spaces, text_search
+from rag_pipeline.defs.index import bulk_index
+from rag_pipeline.ingest.routing import route_batch
+from rag_pipeline.settings import get_settings
+from rag_pipeline.store import db, spaces, text_search
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.harness import configure, deliver, openai_stack
 
@@ -114,3 +119,58 @@ def test_a_failed_build_still_builds_the_other_index_and_is_not_retried_on_every
     assert [(r.job_name, r.status) for r in failed.runs] == [("space_index", dg.DagsterRunStatus.FAILURE)]
     assert (scan(conn), lexical(conn)) == ("exact (HNSW index dropped for a bulk load)", "gin")
     assert not pipeline.tick().runs                     # not again at once: after REBUILD_BACKOFF_S
+
+
+def test_whichever_index_still_stands_makes_way_and_a_long_transaction_only_puts_off_its_drop(
+        stack, conn, database_url, monkeypatch):
+    base, pipeline = stack
+    deliver(base, "https://docs.example.com/first", page(0))
+    pipeline.tick()
+    text_search.drop_index(conn)            # as a GIN build that failed leaves it: only HNSW stands
+    for n in range(1, 41):
+        deliver(base, f"https://docs.example.com/p{n}", page(n))
+    route_batch(conn, 100, 10_000_000)      # queued: the backlog delivery_sensor would see
+    monkeypatch.setattr(bulk_index, "DROP_LOCK_TIMEOUT", "1s")
+    table = f"space_vectors_{spaces.active(conn).space_id}"
+    with psycopg.connect(database_url) as reader:           # a transaction left open on the table
+        reader.execute(f"SELECT count(*) FROM {table}").fetchone()
+        rebuild, said = bulk_index.index_upkeep(pipeline.instance, conn, get_settings())
+        assert rebuild is None
+        assert "dropping the HNSW index waited over 1s for transactions open on its table" in said, said
+        # Half-dropped: no longer read by search, and not forgotten.
+        assert scan(conn) == "exact (HNSW index being built or dropped)"
+    rebuild, said = bulk_index.index_upkeep(pipeline.instance, conn, get_settings())
+    assert rebuild is None and "the HNSW index is dropped until they are written" in said, said
+    assert (scan(conn), lexical(conn)) == ("exact (HNSW index dropped for a bulk load)",
+                                           "exact (GIN index dropped for a bulk load)")
+    load = pipeline.tick()                  # the batches write without either index
+    assert load.runs and {r.job_name for r in load.runs} == {"index_batch"}
+    assert [r.job_name for r in pipeline.tick().runs] == ["space_index"]
+    assert (scan(conn), lexical(conn)) == ("hnsw", "gin")
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_auto_build_memory_is_capped_by_the_machine_the_server_runs_on(stack, conn, monkeypatch, local):
+    base, pipeline = stack
+    deliver(base, "https://docs.example.com/first", page(0))
+    pipeline.tick()
+    space = spaces.active(conn)
+    spaces.drop_index(conn, space)
+    asked = {}
+    real = build_memory.build_memory
+
+    def noted(setting, vectors, dimensions, bytes_per_dimension, cap_bytes):
+        asked["cap"] = cap_bytes
+        return real(setting, vectors, dimensions, bytes_per_dimension, cap_bytes)
+
+    monkeypatch.setattr(build_memory, "build_memory", noted)
+    monkeypatch.setattr(db, "server_is_local", lambda _conn: local)
+    built = spaces.build_index_concurrently(conn, space, "auto", 0)
+    sized = conn.execute("SELECT greatest(pg_size_bytes(current_setting('shared_buffers')),"
+                         " pg_size_bytes(current_setting('maintenance_work_mem')))").fetchone()[0]
+    assert asked["cap"] == (psutil.virtual_memory().total // 4 if local else sized)
+    assert (built.maintenance_work_mem, built.fits, scan(conn)) == ("64MB", True, "hnsw")
+
+
+def test_the_test_server_is_on_this_machine(conn):
+    assert db.server_is_local(conn)

@@ -14,6 +14,9 @@ from rag_pipeline.store import deliveries, spaces, text_search
 
 SPACE_INDEX_JOB = "space_index"
 REBUILD_BACKOFF_S = 300.0
+# How long the tick's DROP INDEX CONCURRENTLY waits for transactions open on the table (a long
+# search, a backfill's write) before it leaves the drop to the next tick: the tick has 60 s in all.
+DROP_LOCK_TIMEOUT = "5s"
 # A build in one of these states is the build still to come: no second one is requested.
 _PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
             dg.DagsterRunStatus.STARTED]
@@ -30,7 +33,7 @@ def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource
         if space is not None and spaces.index_state(conn, space) != "valid":
             def hnsw() -> str:
                 built = spaces.build_index_concurrently(conn, space, current.space_build_memory,
-                                                        current.hnsw_build_workers)
+                                                        current.hnsw_build_workers, current.space_build_memory_max)
                 fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several "
                                              "times slower: raise SPACE_BUILD_MEMORY)")
                 return (f"over {built.vectors:,} vectors with maintenance_work_mem {built.maintenance_work_mem}{fit}: "
@@ -70,18 +73,37 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
         return None, None
     policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
     backlog = backlog_rows(deliveries.queued_chars(conn))
-    if spaces.index_state(conn, space) == "valid" and text_search.index_state(conn) == "valid":
-        indexed = spaces.indexed_rows(conn, space)
-        if not policy.defer(indexed, backlog):
+    droppers = {"HNSW": (spaces.index_state(conn, space), lambda: spaces.drop_index(conn, space, DROP_LOCK_TIMEOUT)),
+                "GIN": (text_search.index_state(conn), lambda: text_search.drop_index(conn, DROP_LOCK_TIMEOUT))}
+    standing = [name for name, (state, _) in droppers.items() if state != "missing"]
+    if standing and policy.defer(indexed := spaces.indexed_rows(conn, space), backlog):
+        # Whichever still stands makes way. One a space_index run is building is left to it (a
+        # drop would wait for the build); one left invalid by an interrupted drop goes too.
+        building = _pending(instance)
+        dropped, waited = [], []
+        for name in standing:
+            state, drop = droppers[name]
+            if state == "invalid" and building:
+                continue
+            try:
+                drop()
+            except psycopg.errors.LockNotAvailable:
+                waited.append(name)   # a long transaction on its table: the next tick tries again
+            else:
+                dropped.append(name)
+        if not dropped and not waited:
             return None, None
-        spaces.drop_index(conn, space)
-        text_search.drop_index(conn)
-        return None, (f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed; the HNSW and GIN "
-                      "indexes are dropped until they are written (search is exact meanwhile)")
-    if not policy.rebuild(backlog):
+        said = f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed"
+        if dropped:
+            said += (f"; the {' and '.join(dropped)} index{'es are' if len(dropped) > 1 else ' is'} dropped until "
+                     "they are written (search is exact meanwhile)")
+        if waited:
+            said += (f"; dropping the {' and '.join(waited)} index waited over {DROP_LOCK_TIMEOUT} for transactions "
+                     "open on its table: tried again next tick")
+        return None, said
+    if all(state == "valid" for state, _ in droppers.values()) or not policy.rebuild(backlog):
         return None, None
-    pending = instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=_PENDING), limit=1)
-    if pending:
+    if _pending(instance):
         return None, None
     newest = instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB), limit=1)
     if (newest and newest[0].dagster_run.status == dg.DagsterRunStatus.FAILURE and newest[0].end_time
@@ -90,6 +112,11 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
     return (dg.RunRequest(job_name=SPACE_INDEX_JOB, run_key=f"space-index-{time.time():.3f}",
                           tags={"rag/space": str(space.space_id)}),
             f"the backlog has drained (~{backlog:,} vectors left): building the search indexes again")
+
+
+def _pending(instance: dg.DagsterInstance) -> bool:
+    """Whether a space_index run is queued or under way."""
+    return bool(instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=_PENDING), limit=1))
 
 
 @dg.definitions
