@@ -44,6 +44,16 @@ def plan_batches(items: Sequence[WorkItem], max_pages: int, max_tokens: int,
     total = sum(i.tokens for i in items)
     wanted = max(-(-len(items) // max_pages), -(-total // max_tokens),
                  min(spread, len(items) // MIN_SPREAD_PAGES), 1)
+    while True:
+        batches = _cut(items, max_pages, max_tokens, wanted, total)
+        if len(batches) <= wanted:
+            return batches
+        # The bounds cut more batches than shares (2,000 pages of 1,750 tokens in 1,000-page and
+        # 2M-token batches: 988, 1,000 and a run of 12): share again among that many.
+        wanted = len(batches)
+
+
+def _cut(items: Sequence[WorkItem], max_pages: int, max_tokens: int, wanted: int, total: int) -> list[list[WorkItem]]:
     # The share of each batch; pages without text (tombstones, estimates of 0) count one token.
     share = max(total, len(items)) / wanted
     batches: list[list[WorkItem]] = []

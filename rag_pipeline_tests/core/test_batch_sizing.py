@@ -42,6 +42,17 @@ def test_batches_are_as_few_as_the_bounds_allow_and_balanced_by_tokens():
     assert [i.delivery_id for b in batches for i in b] == list(range(1, 21))
 
 
+def test_when_the_bounds_force_one_more_batch_all_of_them_share_the_pages():
+    # 3.5M tokens in 2,000 pages, the heavier first: the token bound wants 2 batches, the first
+    # fills its half of the tokens in 972 pages, the page bound cuts the second at 1,000, and a
+    # greedy cut left a run of 28 pages, which costs a run's start for little.
+    work = items(*([7_200] * 1_000 + [6_800] * 1_000))
+    batches = plan_batches(work, max_pages=1_000, max_tokens=2_000_000, spread=2)
+    assert len(batches) == 3
+    sums = [sum(i.tokens for i in b) for b in batches]
+    assert max(sums) - min(sums) <= 1_800 and min(len(b) for b in batches) > 600
+
+
 def test_spread_gives_each_core_a_run_only_when_each_run_is_worth_its_start():
     many = items(*([400] * (2 * MIN_SPREAD_PAGES)))
     assert [len(b) for b in plan_batches(many, 10_000, 10**9, spread=2)] == [MIN_SPREAD_PAGES] * 2
