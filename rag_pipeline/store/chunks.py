@@ -83,16 +83,17 @@ def cached_count(conn: psycopg.Connection, space: Space) -> int:
 
 def cache_vectors(conn: psycopg.Connection, space: Space,
                   items: Sequence[tuple[bytes, Sequence[float], int]]) -> None:
-    """Add (embed_hash, vector, tokens) to the cache; a hash cached concurrently is kept as is."""
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO vectors (space_id, embed_hash, embedding, token_count)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT (space_id, embed_hash) DO NOTHING",
-            [
-                (space.space_id, h, np.asarray(v, dtype=np.float32), tokens)
-                for h, v, tokens in items
-            ],
-        )
+    """Add (embed_hash, vector, tokens) to the cache, one statement for the lot; a hash cached
+    concurrently is kept as is."""
+    if not items:
+        return
+    conn.execute(
+        "INSERT INTO vectors (space_id, embed_hash, embedding, token_count)"
+        " SELECT %s, n.embed_hash, n.embedding, n.token_count"
+        " FROM unnest(%s::bytea[], %s::vector[], %s::integer[]) AS n (embed_hash, embedding, token_count)"
+        " ON CONFLICT (space_id, embed_hash) DO NOTHING",
+        (space.space_id, [h for h, _, _ in items], [np.asarray(v, dtype=np.float32) for _, v, _ in items],
+         [tokens for _, _, tokens in items]))
 
 
 class IncompleteGeneration(RuntimeError):
