@@ -7,6 +7,11 @@ against built once afterwards.
          ef_construction=64, max_parallel_maintenance_workers 1) with each memory of --memories;
          `auto` is core/build_memory.py's size for N vectors. pgvector's notice when the graph
          stops fitting is printed with the tuples it held.
+  ef     With --ef-constructions (e.g. 64,32,16): the same vectors indexed with `auto` memory and
+         each ef_construction in turn (pgvector's default is 64), each build timed and its recall@10
+         measured against an exact scan for --queries random query vectors (hnsw.ef_search at
+         pgvector's default 40). Random vectors are the hard case for a graph index: real embeddings
+         cluster, and reach a higher recall at the same settings.
   gin    The first --gin-pages pages of the throughput bench's corpus (bench/pipeline_throughput.py,
          its cache), cut at ~1,600 characters, COPYed in batches of 1,000 pages into a table shaped
          like `chunks`' lexical part (`text`, a generated `to_tsvector('english', text)` column): once
@@ -14,10 +19,12 @@ against built once afterwards.
          text_search.BUILD_MEMORY). WAL bytes from pg_stat_wal.
 
 The last line is
-`INDEX_BUILDS hnsw_vectors=… hnsw_small_s=… hnsw_auto_s=… gin_kept_s=… gin_after_s=… gin_wal_ratio=…`.
+`INDEX_BUILDS hnsw_vectors=… hnsw_small_s=… hnsw_auto_s=… gin_kept_s=… gin_after_s=… gin_wal_ratio=…`,
+and with --ef-constructions ` ef=<ef_construction>:<build s>:<recall@10>,…`.
 
     .venv/bin/python bench/index_builds.py                                   # 50,000 vectors; ~5 min
     .venv/bin/python bench/index_builds.py --vectors 743000 --memories auto  # the 100,000-page load's
+    .venv/bin/python bench/index_builds.py --ef-constructions 64,32,16 --gin-pages 0
 """
 
 from __future__ import annotations
@@ -34,13 +41,19 @@ import psutil  # noqa: E402
 import psycopg  # noqa: E402
 
 from bench.database import bench_database  # noqa: E402
-from rag_pipeline.core.build_memory import AUTO, build_memory  # noqa: E402
+from rag_pipeline.core.build_memory import AUTO, build_memory, memory_cap  # noqa: E402
 from rag_pipeline.store import text_search  # noqa: E402
 
 STEP = 50_000
 
 
-def hnsw_builds(conn, vectors: int, dims: int, memories: list[str]) -> dict[str, float]:
+def auto_memory(vectors: int, dims: int) -> str:
+    return build_memory(AUTO, vectors, dims, 4, memory_cap(AUTO, local=True, ram_bytes=psutil.virtual_memory().total,
+                                                           server_bytes=0))[0]
+
+
+def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[int], queries: int,
+                seed: int) -> tuple[dict[str, float], dict[int, tuple[float, float]]]:
     conn.execute(f"CREATE TABLE bench_vectors (id int, embedding vector({dims}))")
     started = time.monotonic()
     for low in range(0, vectors, STEP):
@@ -52,7 +65,7 @@ def hnsw_builds(conn, vectors: int, dims: int, memories: list[str]) -> dict[str,
     print(f"hnsw: {vectors:,} random {dims}-dim vectors written in {time.monotonic() - started:.1f} s", flush=True)
     took = {}
     for memory in memories:
-        granted = build_memory(AUTO, vectors, dims, 4, psutil.virtual_memory().total)[0] if memory == AUTO else memory
+        granted = auto_memory(vectors, dims) if memory == AUTO else memory
         conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (granted,))
         conn.execute("SET max_parallel_maintenance_workers = 1")
         started = time.monotonic()
@@ -61,8 +74,38 @@ def hnsw_builds(conn, vectors: int, dims: int, memories: list[str]) -> dict[str,
         size = conn.execute("SELECT pg_size_pretty(pg_relation_size('bench_vectors_hnsw'))").fetchone()[0]
         print(f"hnsw: maintenance_work_mem {memory} ({granted}): built in {took[memory]:.1f} s, index {size}", flush=True)
         conn.execute("DROP INDEX bench_vectors_hnsw")
+    quality = ef_builds(conn, vectors, dims, efs, queries, seed) if efs else {}
     conn.execute("DROP TABLE bench_vectors")
-    return took
+    return took, quality
+
+
+def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed: int) -> dict[int, tuple[float, float]]:
+    """Each ef_construction: (build seconds, recall@10 against the exact top 10)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    probes = [rng.random(dims, dtype=np.float32) - 0.5 for _ in range(queries)]
+    top = ("SELECT id FROM bench_vectors ORDER BY embedding <=> %s::vector LIMIT 10")
+    conn.execute("SET enable_indexscan = off")
+    exact = [{r[0] for r in conn.execute(top, (str(p.tolist()),))} for p in probes]
+    conn.execute("RESET enable_indexscan")
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (auto_memory(vectors, dims),))
+    conn.execute("SET max_parallel_maintenance_workers = 1")
+    quality = {}
+    for ef in efs:
+        started = time.monotonic()
+        conn.execute(f"CREATE INDEX CONCURRENTLY bench_vectors_hnsw ON bench_vectors USING hnsw (embedding vector_cosine_ops)"
+                     f" WITH (ef_construction = {int(ef)})")
+        took = time.monotonic() - started
+        found = [{r[0] for r in conn.execute(top, (str(p.tolist()),))} for p in probes]
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + top, (str(probes[0].tolist()),)))
+        if "bench_vectors_hnsw" not in plan:
+            raise RuntimeError(f"the recall queries did not use the HNSW index:\n{plan}")
+        recall = sum(len(f & e) for f, e in zip(found, exact)) / (10 * len(probes))
+        quality[ef] = (took, recall)
+        print(f"hnsw: ef_construction {ef}: built in {took:.1f} s, recall@10 {recall:.3f} over {len(probes)} "
+              f"random queries (ef_search 40)", flush=True)
+        conn.execute("DROP INDEX bench_vectors_hnsw")
+    return quality
 
 
 def corpus_chunks(pages: int, seed: int) -> list[list[str]]:
@@ -110,6 +153,8 @@ def main() -> int:
     parser.add_argument("--vectors", type=int, default=50_000)
     parser.add_argument("--dims", type=int, default=256)
     parser.add_argument("--memories", default="16MB,auto", help="maintenance_work_mem of each HNSW build")
+    parser.add_argument("--ef-constructions", default="", help="e.g. 64,32,16: a build and its recall for each")
+    parser.add_argument("--queries", type=int, default=200, help="random queries for the recall of each ef build")
     parser.add_argument("--gin-pages", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -117,18 +162,22 @@ def main() -> int:
     with bench_database("bench_index_builds") as url, psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(lambda d: "hnsw" in d.message_primary and print(f"  PostgreSQL: {d.message_primary}",
                                                                                flush=True))
-        hnsw = hnsw_builds(conn, args.vectors, args.dims, memories)
-        batches = corpus_chunks(args.gin_pages, args.seed)
-        print(f"gin: {args.gin_pages:,} pages, {sum(map(len, batches)):,} chunks", flush=True)
-        kept, _, kept_wal = gin_load(conn, batches, index_first=True)
-        bare, build, after_wal = gin_load(conn, batches, index_first=False)
-        after = bare + build
-        print(f"gin: kept up while loading {kept:.1f} s, {kept_wal / 2**20:,.0f} MB of WAL; without it {bare:.1f} s "
-              f"and built afterwards in {build:.1f} s, {after:.1f} s in all, {after_wal / 2**20:,.0f} MB; "
-              f"the upkeep ({kept - bare:.1f} s) against the build: {(kept - bare) / build:.1f}x", flush=True)
+        efs = [int(e) for e in args.ef_constructions.split(",") if e.strip()]
+        hnsw, quality = hnsw_builds(conn, args.vectors, args.dims, memories, efs, args.queries, args.seed)
+        kept = after = kept_wal = after_wal = float("nan")
+        if args.gin_pages:   # --gin-pages 0: the HNSW builds alone
+            batches = corpus_chunks(args.gin_pages, args.seed)
+            print(f"gin: {args.gin_pages:,} pages, {sum(map(len, batches)):,} chunks", flush=True)
+            kept, _, kept_wal = gin_load(conn, batches, index_first=True)
+            bare, build, after_wal = gin_load(conn, batches, index_first=False)
+            after = bare + build
+            print(f"gin: kept up while loading {kept:.1f} s, {kept_wal / 2**20:,.0f} MB of WAL; without it {bare:.1f} s "
+                  f"and built afterwards in {build:.1f} s, {after:.1f} s in all, {after_wal / 2**20:,.0f} MB; "
+                  f"the upkeep ({kept - bare:.1f} s) against the build: {(kept - bare) / build:.1f}x", flush=True)
     small = hnsw.get(memories[0], float("nan"))
     print(f"INDEX_BUILDS hnsw_vectors={args.vectors} hnsw_small_s={small:.1f} hnsw_auto_s={hnsw.get(AUTO, float('nan')):.1f} "
-          f"gin_kept_s={kept:.1f} gin_after_s={after:.1f} gin_wal_ratio={kept_wal / max(after_wal, 1):.2f}")
+          f"gin_kept_s={kept:.1f} gin_after_s={after:.1f} gin_wal_ratio={kept_wal / max(after_wal, 1):.2f}"
+          + (" ef=" + ",".join(f"{ef}:{t:.1f}:{r:.3f}" for ef, (t, r) in quality.items()) if quality else ""))
     return 0
 
 
