@@ -37,19 +37,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psutil  # noqa: E402
 import psycopg  # noqa: E402
 
 from bench.database import bench_database  # noqa: E402
-from rag_pipeline.core.build_memory import AUTO, build_memory, memory_cap  # noqa: E402
-from rag_pipeline.store import text_search  # noqa: E402
+from rag_pipeline.core.build_memory import AUTO  # noqa: E402
+from rag_pipeline.store import spaces, text_search  # noqa: E402
 
 STEP = 50_000
 
 
-def auto_memory(vectors: int, dims: int) -> str:
-    return build_memory(AUTO, vectors, dims, 4, memory_cap(AUTO, local=True, ram_bytes=psutil.virtual_memory().total,
-                                                           server_bytes=0))[0]
+def auto_memory(conn, vectors: int, dims: int) -> str:
+    return spaces.sized_build_memory(conn, AUTO, AUTO, vectors, dims, 4)[0]
 
 
 def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[int], queries: int,
@@ -65,7 +63,7 @@ def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[in
     print(f"hnsw: {vectors:,} random {dims}-dim vectors written in {time.monotonic() - started:.1f} s", flush=True)
     took = {}
     for memory in memories:
-        granted = auto_memory(vectors, dims) if memory == AUTO else memory
+        granted = auto_memory(conn, vectors, dims) if memory == AUTO else memory
         conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (granted,))
         conn.execute("SET max_parallel_maintenance_workers = 1")
         started = time.monotonic()
@@ -88,7 +86,7 @@ def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed:
     conn.execute("SET enable_indexscan = off")
     exact = [{r[0] for r in conn.execute(top, (str(p.tolist()),))} for p in probes]
     conn.execute("RESET enable_indexscan")
-    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (auto_memory(vectors, dims),))
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (auto_memory(conn, vectors, dims),))
     conn.execute("SET max_parallel_maintenance_workers = 1")
     quality = {}
     for ef in efs:

@@ -1249,7 +1249,7 @@ def print_dagster_runs(stats: DagsterStats, phase: PhaseResult) -> dict[str, flo
     print("  index_batch runs (seconds after the first POST; a materialization's time is when it was written,"
           " which is a flush when events are written in batches):")
     print("    pages    tick enqueued starting RUN_START STEP_START first-MAT  last-MAT STEP_END  RUN_END"
-          " | launch slot-wait op ms/page")
+          " | launch to-step op ms/page")
     agg: Counter = Counter()
     busy: list[tuple[float, float]] = []
     for r in stats.batch_runs:
@@ -1272,7 +1272,7 @@ def print_dagster_runs(stats: DagsterStats, phase: PhaseResult) -> dict[str, flo
             agg["op"] += op
             agg["op pages"] += r.pages
         for key, a, b in (("tick→enqueued", r.tick_at, enq), ("enqueued→starting", enq, deq),
-                          ("starting→RUN_START", deq, start), ("slot wait", start, step),
+                          ("starting→RUN_START", deq, start), ("to step", start, step),
                           ("STEP_END→RUN_END", step_end, end)):
             if a and b:
                 agg[key] += b - a
@@ -1316,7 +1316,8 @@ def print_breakdown(d: dict[str, float], p: dict[str, float]) -> None:
           f"switch {p.get('switch', 0) / pn * 1000:.1f})")
     print(f"  dagster per run, summed over {runs}: tick→enqueued {d.get('tick→enqueued', 0):.1f} s, enqueued→starting "
           f"{d.get('enqueued→starting', 0):.1f} s, starting→RUN_START {d.get('starting→RUN_START', 0):.1f} s, "
-          f"RUN_START→STEP_START (embedding_api pool slot) {d.get('slot wait', 0):.1f} s, STEP_END→RUN_END "
+          f"RUN_START→STEP_START {d.get('to step', 0):.1f} s (the embedding_api pool's slot is waited for in the queue, "
+          f"enqueued→starting), STEP_END→RUN_END "
           f"{d.get('STEP_END→RUN_END', 0):.1f} s")
     print(f"  plain loop: {int(p.get('passes', 0))} routing pass(es), {p.get('route', 0):.1f} s routing")
 

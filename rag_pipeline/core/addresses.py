@@ -93,6 +93,21 @@ def refusal(address: str | IPv4Address | IPv6Address, allowed: tuple[Network, ..
     return None
 
 
+def names_this_machine(host: str) -> bool:
+    """Whether a host name or IP literal is this machine: a local name or a loopback address
+    (an IPv4-mapped one too)."""
+    host = host.strip("[]").rstrip(".").lower()
+    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
 def host_refusal(host: str, allowed: tuple[Network, ...] = ()) -> str | None:
     """The same rule for a URL's host without a DNS lookup: an IP literal is checked, a name of
     this machine refused, any other name left to the check at connection time."""

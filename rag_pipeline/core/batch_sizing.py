@@ -42,15 +42,21 @@ def plan_batches(items: Sequence[WorkItem], max_pages: int, max_tokens: int,
     if not items:
         return []
     total = sum(i.tokens for i in items)
-    wanted = max(-(-len(items) // max_pages), -(-total // max_tokens),
-                 min(spread, len(items) // MIN_SPREAD_PAGES), 1)
-    while True:
-        batches = _cut(items, max_pages, max_tokens, wanted, total)
-        if len(batches) <= wanted:
-            return batches
-        # The bounds cut more batches than shares (2,000 pages of 1,750 tokens in 1,000-page and
-        # 2M-token batches: 988, 1,000 and a run of 12): share again among that many.
-        wanted = len(batches)
+    wanted = _shares(len(items), total, max_pages, max_tokens, spread)
+    batches = _cut(items, max_pages, max_tokens, wanted, total)
+    if len(batches) > wanted:
+        # The bounds cut more batches than shares, and the last one got what was left (pages
+        # heavier than average first: 972, 1,000 and 28): share again among that many, unless
+        # the smaller shares cut still more batches.
+        again = _cut(items, max_pages, max_tokens, len(batches), total)
+        if len(again) <= len(batches):
+            return again
+    return batches
+
+
+def _shares(pages: int, tokens: int, max_pages: int, max_tokens: int, spread: int) -> int:
+    """How many batches the bounds need, and the spread asks for."""
+    return max(-(-pages // max_pages), -(-tokens // max_tokens), min(spread, pages // MIN_SPREAD_PAGES), 1)
 
 
 def _cut(items: Sequence[WorkItem], max_pages: int, max_tokens: int, wanted: int, total: int) -> list[list[WorkItem]]:

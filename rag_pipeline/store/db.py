@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
+from rag_pipeline.core import addresses
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import embedded
 
@@ -201,7 +202,7 @@ def server_is_local(conn: psycopg.Connection) -> bool:
     """Whether the server runs on this machine (a Unix socket, as the embedded server's, or a
     loopback address): then this machine's memory is the server's."""
     host = conn.info.host
-    return host.startswith("/") or host == "localhost" or host == "::1" or host.startswith("127.")
+    return host.startswith("/") or addresses.names_this_machine(host)
 
 
 def require_autocommit(conn: psycopg.Connection, what: str) -> None:

@@ -5,6 +5,9 @@ that go back with the pooled connection."""
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
@@ -21,18 +24,32 @@ def state(conn: psycopg.Connection, name: str) -> str:
     return "missing" if row is None else ("valid" if row[0] else "invalid")
 
 
-def drop_concurrently(conn: psycopg.Connection, name: str, lock_timeout: str | None = None) -> None:
-    """CONCURRENTLY: writes in flight are waited for, never blocked. With `lock_timeout`, a wait
-    for the transactions open on the table gives up (psycopg.errors.LockNotAvailable) instead of
-    holding the caller; the index may then be left invalid, which the next drop or build clears."""
-    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
-    if lock_timeout is not None:
-        conn.execute("SELECT set_config('lock_timeout', %s, false)", (lock_timeout,))
+@contextmanager
+def _session(conn: psycopg.Connection, **settings: str | None) -> Iterator[None]:
+    """Session settings for the statements inside, RESET afterwards: a pooled connection goes
+    back as it came. A RESET that fails (the connection broke) never hides the error it follows."""
+    given = {name: value for name, value in settings.items() if value is not None}
+    for name, value in given.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
     try:
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+        yield
     finally:
-        if lock_timeout is not None:   # a session setting: a pooled connection goes back as it came
-            conn.execute("RESET lock_timeout")
+        for name in given:
+            try:
+                conn.execute(sql.SQL("RESET {}").format(sql.Identifier(name)))
+            except psycopg.OperationalError:
+                if sys.exc_info()[0] is None:
+                    raise
+
+
+def drop_concurrently(conn: psycopg.Connection, name: str, lock_timeout: str | None = None) -> None:
+    """CONCURRENTLY: writes in flight are waited for, never blocked. With `lock_timeout`, each wait
+    (for the table's lock, then for the transactions open on it) gives up after that long
+    (psycopg.errors.LockNotAvailable) instead of holding the caller; the index may then be left
+    invalid, which the next drop or build clears."""
+    db.require_autocommit(conn, "DROP INDEX CONCURRENTLY")
+    with _session(conn, lock_timeout=lock_timeout):
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def build_concurrently(conn: psycopg.Connection, name: str, create: sql.Composable, maintenance_work_mem: str,
@@ -42,10 +59,8 @@ def build_concurrently(conn: psycopg.Connection, name: str, create: sql.Composab
     db.require_autocommit(conn, "CREATE INDEX CONCURRENTLY")
     if state(conn, name) == "invalid":
         drop_concurrently(conn, name)
-    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
-    if parallel_workers is not None:
-        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", (str(parallel_workers),))
-    try:
+    workers = None if parallel_workers is None else str(parallel_workers)
+    with _session(conn, maintenance_work_mem=maintenance_work_mem, max_parallel_maintenance_workers=workers):
         try:
             conn.execute(create)
         except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory) as exc:
@@ -55,8 +70,5 @@ def build_concurrently(conn: psycopg.Connection, name: str, create: sql.Composab
                 raise
             log.warning("parallel build of %s found too little shared memory (%s): building it serially", name, exc)
             drop_concurrently(conn, name)
-            conn.execute("SET max_parallel_maintenance_workers = 0")
-            conn.execute(create)
-    finally:   # session settings: a pooled connection goes back as it came
-        conn.execute("RESET maintenance_work_mem")
-        conn.execute("RESET max_parallel_maintenance_workers")
+            with _session(conn, max_parallel_maintenance_workers="0"):
+                conn.execute(create)

@@ -199,6 +199,17 @@ class IndexBuild:
     fits: bool          # whether pgvector's graph fit in that memory (several times faster)
 
 
+def sized_build_memory(conn: psycopg.Connection, setting: str, memory_max: str, vectors: int, dimensions: int,
+                       bytes_per_dimension: int) -> tuple[str, bool]:
+    """The `maintenance_work_mem` for an HNSW build over `vectors` on this connection's server, and
+    whether the graph fits in it; `auto` is capped by the machine the server runs on."""
+    cap = build_memory.memory_cap(memory_max, local=db.server_is_local(conn), ram_bytes=psutil.virtual_memory().total,
+                                  server_bytes=conn.execute(
+                                      "SELECT greatest(pg_size_bytes(current_setting('shared_buffers')),"
+                                      " pg_size_bytes(current_setting('maintenance_work_mem')))").fetchone()[0])
+    return build_memory.build_memory(setting, vectors, dimensions, bytes_per_dimension, cap)
+
+
 def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str,
                              parallel_workers: int | None = None, memory_max: str = build_memory.AUTO) -> IndexBuild:
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
@@ -206,11 +217,7 @@ def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance
     `maintenance_work_mem` may be `auto`: sized from the vectors to index, at most `memory_max`
     (core/build_memory.py)."""
     vectors = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(space.table())).fetchone()[0]
-    cap = build_memory.memory_cap(memory_max, local=db.server_is_local(conn), ram_bytes=psutil.virtual_memory().total,
-                                  server_bytes=conn.execute(
-                                      "SELECT greatest(pg_size_bytes(current_setting('shared_buffers')),"
-                                      " pg_size_bytes(current_setting('maintenance_work_mem')))").fetchone()[0])
-    memory, fits = build_memory.build_memory(maintenance_work_mem, vectors, space.dimensions,
-                                             4 if space.vector_type == "vector" else 2, cap)
+    memory, fits = sized_build_memory(conn, maintenance_work_mem, memory_max, vectors, space.dimensions,
+                                      4 if space.vector_type == "vector" else 2)
     indexes.build_concurrently(conn, space.index_name(), _index_sql(space, concurrently=True), memory, parallel_workers)
     return IndexBuild(vectors, memory, fits)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.addresses import host_refusal, parse_networks, refusal
+from rag_pipeline.core.addresses import host_refusal, names_this_machine, parse_networks, refusal
 
 
 @pytest.mark.parametrize("address, kind", [
@@ -72,3 +72,11 @@ def test_every_address_either_passes_or_gets_a_reason(ip):
         assert ip.is_global and not ip.is_multicast
     else:
         assert str(ip) in reason
+
+
+@pytest.mark.parametrize("host, local", [
+    ("localhost", True), ("LOCALHOST.", True), ("localhost.localdomain", True), ("db.localhost", True),
+    ("127.0.0.1", True), ("127.8.9.1", True), ("::1", True), ("[::1]", True), ("::ffff:127.0.0.1", True),
+    ("postgres", False), ("10.0.0.5", False), ("db.example.com", False), ("::ffff:10.0.0.5", False)])
+def test_a_host_names_this_machine_only_by_a_local_name_or_a_loopback_address(host, local):
+    assert names_this_machine(host) is local

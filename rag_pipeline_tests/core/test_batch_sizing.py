@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.batch_sizing import MIN_SPREAD_PAGES, WorkItem, apportion, plan_batches
+from rag_pipeline.core.batch_sizing import MIN_SPREAD_PAGES, WorkItem, _cut, _shares, apportion, plan_batches
 
 
 def items(*chars: int) -> list[WorkItem]:
@@ -71,6 +73,20 @@ def test_batches_keep_every_page_once_in_order_within_the_bounds(chars, max_page
     for b in batches:
         assert len(b) <= max_pages
         assert len(b) == 1 or sum(i.tokens for i in b) <= max_tokens
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sharing_again_never_makes_more_runs_than_the_first_cut(seed):
+    # A tick's worth of pages at the default bounds, one in twenty heavier than the token bound
+    # (each a batch of its own): smaller shares could cut more batches than the first cut made.
+    rng = random.Random(seed)
+    work = items(*(rng.randint(400_000, 8_000_000) if rng.random() < 0.05 else rng.randint(1_200, 20_000)
+                   for _ in range(rng.randint(50, 3_000))))
+    total = sum(i.tokens for i in work)
+    first = _cut(work, 1_000, 2_000_000, _shares(len(work), total, 1_000, 2_000_000, 2), total)
+    batches = plan_batches(work, 1_000, 2_000_000, spread=2)
+    assert len(batches) <= len(first)
+    assert [i.delivery_id for b in batches for i in b] == [i.delivery_id for i in work]
 
 
 @given(st.integers(0, 10_000), st.lists(st.integers(0, 5_000), min_size=1, max_size=40))

@@ -23,6 +23,9 @@ from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy
 from rag_pipeline.ingest.failures import classify
 from rag_pipeline.settings import SettingsError, load_settings
 
+# The pool of every op that calls the embedding model (deploy/dagster.yaml sets its limit).
+EMBEDDING_POOL = "embedding_api"
+
 GROUP = "index"
 # The assets' keys, for the modules that select or report them: the definitions themselves are
 # only `defs`' below (the loader would take an imported copy for a second asset).
@@ -155,7 +158,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         backfill_policy=ranged_backfill,
         deps=[chunks],
         kinds={"postgres", "pgvector", embedder_kind},
-        pool="embedding_api",
+        pool=EMBEDDING_POOL,
         # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
         # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.
     )

@@ -18,7 +18,7 @@ from typing import Optional
 import dagster as dg
 
 from rag_pipeline.core.batch_sizing import WorkItem, plan_batches
-from rag_pipeline.defs.index.assets import pages_failed
+from rag_pipeline.defs.index.assets import EMBEDDING_POOL, pages_failed
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import step_key
@@ -29,6 +29,19 @@ from rag_pipeline.store import batch_leases
 from rag_pipeline.store import pages as pages_store
 
 PAGES_TAG = "rag/pages"
+_pools_known: set[str] = set()
+
+
+def ensure_pool_limit(instance: dg.DagsterInstance, pool: str = EMBEDDING_POOL) -> None:
+    """Give the pool its row at the instance's default limit before any run of it is queued.
+    With `granularity: run` the queue enforces the limit, and on its first pass over a new
+    instance it reads the pools with limits before it makes that row: every queued run would be
+    launched at once. Once per process: a no-op where the row exists."""
+    storage = instance.event_log_storage
+    if pool not in _pools_known and storage.supports_global_concurrency_limits:
+        if pool not in storage.get_concurrency_keys():   # a limit set by hand is kept
+            storage.initialize_concurrency_limit_to_default(pool)
+        _pools_known.add(pool)
 
 
 class BatchConfig(dg.Config):
@@ -83,7 +96,7 @@ def batch_run_config(batch_key: str, items: list[WorkItem], *, rechunk: bool = F
 @dg.op(
     out={},
     # At most `default_limit` batches embed at once (deploy/dagster.yaml): they share the API's rate.
-    pool="embedding_api",
+    pool=EMBEDDING_POOL,
     tags={"kind": "postgres"},
 )
 def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: PostgresResource,

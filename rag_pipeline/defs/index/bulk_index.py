@@ -34,8 +34,9 @@ def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource
             def hnsw() -> str:
                 built = spaces.build_index_concurrently(conn, space, current.space_build_memory,
                                                         current.hnsw_build_workers, current.space_build_memory_max)
+                raise_ = "SPACE_BUILD_MEMORY_MAX" if current.space_build_memory == "auto" else "SPACE_BUILD_MEMORY"
                 fit = "" if built.fits else (" (its graph did not fit in that memory, which makes a build several "
-                                             "times slower: raise SPACE_BUILD_MEMORY)")
+                                             f"times slower: raise {raise_} if the server can spare it)")
                 return (f"over {built.vectors:,} vectors with maintenance_work_mem {built.maintenance_work_mem}{fit}: "
                         "vector search uses it again")
             builds.append((f"HNSW index of space {space.space_id}", hnsw))
@@ -96,7 +97,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
         said = f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed"
         if dropped:
             said += (f"; the {' and '.join(dropped)} index{'es are' if len(dropped) > 1 else ' is'} dropped until "
-                     "they are written (search is exact meanwhile)")
+                     "the backlog is written (search is exact meanwhile)")
         if waited:
             said += (f"; dropping the {' and '.join(waited)} index waited over {DROP_LOCK_TIMEOUT} for transactions "
                      "open on its table: tried again next tick")

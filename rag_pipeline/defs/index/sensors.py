@@ -7,7 +7,7 @@ import dagster as dg
 from rag_pipeline.components.site_component import declared_sites
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.core.location_holds import Holds
-from rag_pipeline.defs.index.batch_runs import index_batch, pages_of, request_batches
+from rag_pipeline.defs.index.batch_runs import ensure_pool_limit, index_batch, pages_of, request_batches
 from rag_pipeline.defs.index.bulk_index import index_upkeep, space_index
 from rag_pipeline.defs.index.events import write_runless
 from rag_pipeline.defs.index.index_asset import index_snapshot_sensor_every
@@ -51,6 +51,7 @@ def delivery_sensor_every(interval_s: int) -> dg.SensorDefinition:
 def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
                     settings: SettingsResource) -> dg.SensorResult:
     current = settings.get()
+    ensure_pool_limit(context.instance)
     with postgres.connect() as conn:
         routed = route_batch(conn, current.sensor_batch_size, current.webhook_max_page_bytes,
                              rules=boilerplate_rules(current.boilerplate_rules),
