@@ -84,13 +84,14 @@ def cached_count(conn: psycopg.Connection, space: Space) -> int:
 def cache_vectors(conn: psycopg.Connection, space: Space,
                   items: Sequence[tuple[bytes, Sequence[float], int]]) -> None:
     """Add (embed_hash, vector, tokens) to the cache, one statement for the lot; a hash cached
-    concurrently is kept as is."""
+    concurrently is kept as is. The vectors go as a binary array (`%b`): as text, psycopg formats
+    every float in Python, 3 s of CPU for 7,000 vectors of 256 dims against 0.15 s."""
     if not items:
         return
     conn.execute(
         "INSERT INTO vectors (space_id, embed_hash, embedding, token_count)"
         " SELECT %s, n.embed_hash, n.embedding, n.token_count"
-        " FROM unnest(%s::bytea[], %s::vector[], %s::integer[]) AS n (embed_hash, embedding, token_count)"
+        " FROM unnest(%s::bytea[], %b::vector[], %s::integer[]) AS n (embed_hash, embedding, token_count)"
         " ON CONFLICT (space_id, embed_hash) DO NOTHING",
         (space.space_id, [h for h, _, _ in items], [np.asarray(v, dtype=np.float32) for _, v, _ in items],
          [tokens for _, _, tokens in items]))
