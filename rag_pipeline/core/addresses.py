@@ -93,11 +93,19 @@ def refusal(address: str | IPv4Address | IPv6Address, allowed: tuple[Network, ..
     return None
 
 
+def _bare(host: str) -> str:
+    return host.strip("[]").rstrip(".").lower()
+
+
+def _local_name(host: str) -> bool:
+    return host in _LOCAL_NAMES or host.endswith(".localhost")
+
+
 def names_this_machine(host: str) -> bool:
     """Whether a host name or IP literal is this machine: a local name or a loopback address
     (an IPv4-mapped one too)."""
-    host = host.strip("[]").rstrip(".").lower()
-    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+    host = _bare(host)
+    if _local_name(host):
         return True
     try:
         ip = ipaddress.ip_address(host.split("%", 1)[0])
@@ -111,8 +119,8 @@ def names_this_machine(host: str) -> bool:
 def host_refusal(host: str, allowed: tuple[Network, ...] = ()) -> str | None:
     """The same rule for a URL's host without a DNS lookup: an IP literal is checked, a name of
     this machine refused, any other name left to the check at connection time."""
-    host = host.strip("[]").rstrip(".").lower()
-    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+    host = _bare(host)
+    if _local_name(host):
         return refusal("127.0.0.1", allowed) and f"{host} names this machine; set CRAWLER_ALLOW_NETWORKS to crawl it"
     try:
         ipaddress.ip_address(host.split("%", 1)[0])

@@ -203,10 +203,13 @@ def sized_build_memory(conn: psycopg.Connection, setting: str, memory_max: str, 
                        bytes_per_dimension: int) -> tuple[str, bool]:
     """The `maintenance_work_mem` for an HNSW build over `vectors` on this connection's server, and
     whether the graph fits in it; `auto` is capped by the machine the server runs on."""
-    cap = build_memory.memory_cap(memory_max, local=db.server_is_local(conn), ram_bytes=psutil.virtual_memory().total,
-                                  server_bytes=conn.execute(
-                                      "SELECT greatest(pg_size_bytes(current_setting('shared_buffers')),"
-                                      " pg_size_bytes(current_setting('maintenance_work_mem')))").fetchone()[0])
+    local = db.server_is_local(conn)
+    server_bytes = 0
+    if setting == build_memory.AUTO and memory_max == build_memory.AUTO and not local:   # else unused
+        server_bytes = conn.execute("SELECT greatest(pg_size_bytes(current_setting('shared_buffers')),"
+                                    " pg_size_bytes(current_setting('maintenance_work_mem')))").fetchone()[0]
+    cap = build_memory.memory_cap(memory_max, local=local, ram_bytes=psutil.virtual_memory().total,
+                                  server_bytes=server_bytes)
     return build_memory.build_memory(setting, vectors, dimensions, bytes_per_dimension, cap)
 
 

@@ -41,9 +41,10 @@ def build_space_index(context: dg.OpExecutionContext, postgres: PostgresResource
                         "vector search uses it again")
             builds.append((f"HNSW index of space {space.space_id}", hnsw))
         if text_search.index_state(conn) != "valid":
-            builds.append(("GIN index of chunks.text_search", lambda: (
-                text_search.build_index_concurrently(conn, current.hnsw_build_workers),
-                "over every chunk: lexical search uses it again")[1]))
+            def gin() -> str:
+                text_search.build_index_concurrently(conn, current.hnsw_build_workers)
+                return "over every chunk: lexical search uses it again"
+            builds.append(("GIN index of chunks.text_search", gin))
         failed = []
         for what, build in builds:   # one failing does not keep the other from being built
             started = time.monotonic()
@@ -80,7 +81,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
     if standing and policy.defer(indexed := spaces.indexed_rows(conn, space), backlog):
         # Whichever still stands makes way. One a space_index run is building is left to it (a
         # drop would wait for the build); one left invalid by an interrupted drop goes too.
-        building = _pending(instance)
+        building = any(droppers[name][0] == "invalid" for name in standing) and _pending(instance)
         dropped, waited = [], []
         for name in standing:
             state, drop = droppers[name]
