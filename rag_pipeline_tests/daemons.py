@@ -86,30 +86,32 @@ def daemon_stack(database_url: str, dagster_url: str, tmp_path: Path, monkeypatc
             try:
                 yield base, fake, start
             finally:
-                for proc in daemons:
-                    kill_group(proc)
+                for proc in daemons:   # the test is over: nothing left to shut down gracefully
+                    kill_group(proc, graceful=False)
                 instance.dispose()
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """The daemon and everything it started. SIGTERM first; then SIGKILL for the whole group even
-    when the daemon is gone: a code server whose run worker was killed can outlive its daemon
-    (seen: SIGTERM and the missing heartbeat left it running)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+def kill_group(proc: subprocess.Popen, graceful: bool = True) -> None:
+    """The daemon and everything it started. SIGTERM first (unless not `graceful`: a daemon takes up
+    to 10 s to stop); then SIGKILL for the whole group even when the daemon is gone: a code server
+    whose run worker was killed can outlive its daemon (seen: SIGTERM and the missing heartbeat
+    left it running)."""
+    if graceful:
         try:
-            os.killpg(proc.pid, 0)
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        time.sleep(0.1)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

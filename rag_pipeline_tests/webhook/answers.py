@@ -7,7 +7,8 @@ def newest_id(conn) -> int:
     return conn.execute("SELECT coalesce(max(id), 0) FROM deliveries").fetchone()[0]
 
 
-def check_answer(conn, before: int, status: int, answer: dict, good_token: bool | None) -> None:
+def check_answer(conn, before: int, status: int, answer: dict, good_token: bool | None) -> int:
+    """Returns the newest id after the answer: the next request's `before`."""
     assert status < 500, answer
     if good_token is False:
         assert status == 401
@@ -19,3 +20,4 @@ def check_answer(conn, before: int, status: int, answer: dict, good_token: bool 
         assert conn.execute("SELECT rid FROM deliveries WHERE id = %s", (after,)).fetchone()[0] == answer["rid"]
     else:
         assert after == before, (status, answer)  # refused, duplicate or probe: no row
+    return after

@@ -13,7 +13,8 @@ from rag_pipeline_tests.servers import serve
 from rag_pipeline_tests.webhook.answers import check_answer, newest_id
 from rag_pipeline_tests.webhook.conftest import TOKEN, make_app
 
-SCHEMATHESIS_CASES = 1200
+# Schemathesis spends ~35 ms of CPU making each case; test_fuzz.py sends the 10,000 requests.
+SCHEMATHESIS_CASES = 600
 
 
 def test_schemathesis_fuzz_from_openapi(database_url, conn):
@@ -24,6 +25,7 @@ def test_schemathesis_fuzz_from_openapi(database_url, conn):
     names = {p["name"].lower() for p in app.openapi()["paths"]["/webhook"]["post"]["parameters"]}
     assert {"token", "rid", "url", "cb-status", "pc_status", "original-status", "x-webhook-token"} <= names
     seen = {"sent": 0, "stored": 0, "by_status": {}}
+    newest = [newest_id(conn)]   # one writer: each answer's newest id is the next request's before
 
     with serve(app, health_path="/healthz") as base, requests.Session() as session:
         # Positive cases fit the schema (they should mostly be stored), negative ones break it.
@@ -37,17 +39,16 @@ def test_schemathesis_fuzz_from_openapi(database_url, conn):
                 case.query = {**(case.query or {}), "token": TOKEN}
             query_token = (case.query or {}).get("token")
             good = query_token == TOKEN or (not query_token and (case.headers or {}).get("X-Webhook-Token") == TOKEN)
-            before = newest_id(conn)
             resp = case.call(base_url=base, session=session)
             seen["sent"] += 1
             seen["by_status"][resp.status_code] = seen["by_status"].get(resp.status_code, 0) + 1
             answer = resp.json()
-            check_answer(conn, before, resp.status_code, answer, True if good else None)
+            newest[0] = check_answer(conn, newest[0], resp.status_code, answer, True if good else None)
             seen["stored"] += answer.get("status") == "stored"
 
         fuzz()
     print(f"schemathesis fuzz: {seen}")
     assert conn.execute("SELECT count(*) FROM deliveries").fetchone()[0] == seen["stored"]
-    assert seen["sent"] >= 1000
+    assert seen["sent"] >= SCHEMATHESIS_CASES
     assert len(seen["by_status"]) >= 3  # not one answer for everything: 200s, 400s, 401s at least
     assert seen["stored"] >= 30  # headers are optional in the schema, so most cases lack rid or url
