@@ -11,8 +11,8 @@ against built once afterwards.
          each ef_construction in turn (pgvector's default is 64), each build timed and its recall@10
          measured against an exact scan for --queries random query vectors (hnsw.ef_search at
          pgvector's default 40). On uniformly random vectors every neighbour is about as far as
-         any other, and recall says nothing (0.12-0.15 at every setting): its build times hold,
-         its recall needs clustered or real embeddings, which this bench does not make yet.
+         any other, and recall says nothing (0.12-0.15 at every setting); with --clusters K the
+         vectors (and queries) lie around K random centres, as embeddings of topics do.
   gin    The first --gin-pages pages of the throughput bench's corpus (bench/pipeline_throughput.py,
          its cache), cut at ~1,600 characters, COPYed in batches of 1,000 pages into a table shaped
          like `chunks`' lexical part (`text`, a generated `to_tsvector('english', text)` column): once
@@ -25,7 +25,7 @@ and with --ef-constructions ` ef=<ef_construction>:<build s>:<recall@10>,…`.
 
     .venv/bin/python bench/index_builds.py                                   # 50,000 vectors; ~5 min
     .venv/bin/python bench/index_builds.py --vectors 743000 --memories auto  # the 100,000-page load's
-    .venv/bin/python bench/index_builds.py --memories auto --ef-constructions 64,40,32 --gin-pages 0
+    .venv/bin/python bench/index_builds.py --memories auto --ef-constructions 64,40,32 --gin-pages 0 --clusters 1000
 """
 
 from __future__ import annotations
@@ -45,23 +45,46 @@ from rag_pipeline.core.build_memory import AUTO  # noqa: E402
 from rag_pipeline.store import spaces, text_search  # noqa: E402
 
 STEP = 50_000
+CLUSTER_SPREAD = 0.5
 
 
 def auto_memory(conn, vectors: int, dims: int) -> str:
     return spaces.sized_build_memory(conn, AUTO, AUTO, vectors, dims, 4)[0]
 
 
+def write_vectors(conn, vectors: int, dims: int, clusters: int, seed: int):
+    """Uniform vectors in [-0.5, 0.5)^dims, or with `clusters` each a random centre plus noise of
+    CLUSTER_SPREAD a coordinate (a vector's cosine to its centre ~0.9, to its cluster ~0.8); returns
+    the centres (numpy), for queries drawn like the vectors."""
+    import numpy as np
+    centroids = None
+    if clusters:
+        centroids = np.random.default_rng(seed).random((clusters, dims), dtype=np.float32) - 0.5
+        conn.execute("CREATE TEMP TABLE bench_centroids (id int PRIMARY KEY, v float4[])")
+        with conn.cursor().copy("COPY bench_centroids (id, v) FROM STDIN") as copy:
+            for i, c in enumerate(centroids):
+                copy.write_row((i, c.tolist()))
+    for low in range(0, vectors, STEP):
+        bounds = (low, min(vectors, low + STEP) - 1)
+        if clusters:   # vector g is near centre g mod clusters
+            conn.execute(f"INSERT INTO bench_vectors SELECT g, (SELECT array_agg(c.v[i] + {CLUSTER_SPREAD} * (random() - 0.5)"
+                         f" ORDER BY i) FROM generate_series(1, {dims}) i)::vector({dims})"
+                         f" FROM generate_series(%s::int, %s::int) g JOIN bench_centroids c ON c.id = g %% {clusters}",
+                         bounds)
+        else:          # each row's own vector: the subquery refers to the row, so it runs once a row
+            conn.execute(f"INSERT INTO bench_vectors SELECT g, (SELECT array_agg(random() - 0.5) FROM generate_series(1, {dims})"
+                         f" WHERE g >= 0)::vector({dims}) FROM generate_series(%s::int, %s::int) g", bounds)
+    return centroids
+
+
 def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[int], queries: int,
-                seed: int) -> tuple[dict[str, float], dict[int, tuple[float, float]]]:
+                seed: int, clusters: int) -> tuple[dict[str, float], dict[int, tuple[float, float]]]:
     conn.execute(f"CREATE TABLE bench_vectors (id int, embedding vector({dims}))")
     started = time.monotonic()
-    for low in range(0, vectors, STEP):
-        # Each row's own random vector: the subquery refers to the row, so it runs once a row.
-        conn.execute(f"INSERT INTO bench_vectors SELECT g, (SELECT array_agg(random() - 0.5) FROM generate_series(1, {dims})"
-                     f" WHERE g >= 0)::vector({dims}) FROM generate_series(%s::int, %s::int) g",
-                     (low, min(vectors, low + STEP) - 1))
+    centroids = write_vectors(conn, vectors, dims, clusters, seed)
     conn.execute("VACUUM ANALYZE bench_vectors")
-    print(f"hnsw: {vectors:,} random {dims}-dim vectors written in {time.monotonic() - started:.1f} s", flush=True)
+    shape = f"in {clusters:,} clusters" if clusters else "uniformly random"
+    print(f"hnsw: {vectors:,} {dims}-dim vectors {shape} written in {time.monotonic() - started:.1f} s", flush=True)
     took = {}
     for memory in memories:
         granted = auto_memory(conn, vectors, dims) if memory == AUTO else memory
@@ -73,16 +96,19 @@ def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[in
         size = conn.execute("SELECT pg_size_pretty(pg_relation_size('bench_vectors_hnsw'))").fetchone()[0]
         print(f"hnsw: maintenance_work_mem {memory} ({granted}): built in {took[memory]:.1f} s, index {size}", flush=True)
         conn.execute("DROP INDEX bench_vectors_hnsw")
-    quality = ef_builds(conn, vectors, dims, efs, queries, seed) if efs else {}
+    quality = ef_builds(conn, vectors, dims, efs, queries, seed, centroids) if efs else {}
     conn.execute("DROP TABLE bench_vectors")
     return took, quality
 
 
-def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed: int) -> dict[int, tuple[float, float]]:
+def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed: int,
+              centroids) -> dict[int, tuple[float, float]]:
     """Each ef_construction: (build seconds, recall@10 against the exact top 10)."""
     import numpy as np
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + 1)
     probes = [rng.random(dims, dtype=np.float32) - 0.5 for _ in range(queries)]
+    if centroids is not None:   # a query near a centre, as the vectors are
+        probes = [centroids[rng.integers(len(centroids))] + CLUSTER_SPREAD * p for p in probes]
     top = ("SELECT id FROM bench_vectors ORDER BY embedding <=> %s::vector LIMIT 10")
     conn.execute("SET enable_indexscan = off")
     exact = [{r[0] for r in conn.execute(top, (str(p.tolist()),))} for p in probes]
@@ -102,7 +128,7 @@ def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed:
         recall = sum(len(f & e) for f, e in zip(found, exact)) / (10 * len(probes))
         quality[ef] = (took, recall)
         print(f"hnsw: ef_construction {ef}: built in {took:.1f} s, recall@10 {recall:.3f} over {len(probes)} "
-              f"random queries (ef_search 40)", flush=True)
+              f"queries (ef_search 40)", flush=True)
         conn.execute("DROP INDEX bench_vectors_hnsw")
     return quality
 
@@ -154,6 +180,8 @@ def main() -> int:
     parser.add_argument("--memories", default="16MB,auto", help="maintenance_work_mem of each HNSW build")
     parser.add_argument("--ef-constructions", default="", help="e.g. 64,40,32: a build and its recall for each")
     parser.add_argument("--queries", type=int, default=200, help="random queries for the recall of each ef build")
+    parser.add_argument("--clusters", type=int, default=0,
+                        help="vectors around this many random centres (0: uniform; recall needs clusters)")
     parser.add_argument("--gin-pages", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -164,7 +192,8 @@ def main() -> int:
         efs = [int(e) for e in args.ef_constructions.split(",") if e.strip()]
         if any(ef < 32 for ef in efs):   # pgvector: ef_construction >= 2 * m, and m is 16
             parser.error("each --ef-constructions value must be at least 32 (2 x pgvector's m=16)")
-        hnsw, quality = hnsw_builds(conn, args.vectors, args.dims, memories, efs, args.queries, args.seed)
+        hnsw, quality = hnsw_builds(conn, args.vectors, args.dims, memories, efs, args.queries, args.seed,
+                                     args.clusters)
         kept = after = kept_wal = after_wal = float("nan")
         if args.gin_pages:   # --gin-pages 0: the HNSW builds alone
             batches = corpus_chunks(args.gin_pages, args.seed)

@@ -1,30 +1,64 @@
-"""The retry loop of both OpenAI-compatible clients (embeddings, chat), around one SDK call.
+"""The retry loop of both OpenAI-compatible clients (embeddings, chat), around one call.
 
 Worth another try: a timeout, a connection error, HTTP 408/409/429/5xx (but an exhausted quota),
 after core/retrying's backoff or the server's Retry-After. Everything else is final, in the
 client's own error type; a client first names the refusals it knows better (`refuse`).
+
+Each client turns its transport's failures into the errors below. This module loads neither the
+SDK nor an HTTP library: every batch run imports it, and `import openai` alone costs ~0.8 s of a
+run's start-up.
 """
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Optional, TypeVar
-
-import openai
 
 from rag_pipeline.core.retrying import Backoff, is_retryable_status, parse_retry_after
 
 T = TypeVar("T")
-Refusal = Callable[[openai.APIStatusError, str], Optional[Exception]]
 
 
-def error_reason(exc: openai.APIStatusError) -> str:
-    """The server's own words: the error body's message, else the body, else the SDK's summary."""
-    body = exc.body
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return str(body) if body else exc.message
+class StatusError(Exception):
+    """An error answer: its HTTP status, the server's own words, and the error's code and param."""
+
+    def __init__(self, status_code: int, reason: str, *, code: Optional[str] = None, param: Optional[str] = None,
+                 headers: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(f"HTTP {status_code}: {reason}")
+        self.status_code, self.reason, self.code, self.param = status_code, reason, code, param
+        self.headers = headers or {}
+
+
+class RequestTimedOut(Exception):
+    """No answer within the client's timeout."""
+
+
+class ConnectionFailed(Exception):
+    """The server could not be reached, or the connection broke before an answer."""
+
+
+class CallFailed(Exception):
+    """Anything else the transport refused: final."""
+
+
+Refusal = Callable[[StatusError, str], Optional[Exception]]
+
+
+def error_reason(body: object, fallback: str) -> str:
+    """The server's own words: an OpenAI error body's message, else the body, else `fallback`."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+    return str(body) if body else fallback
+
+
+def error_field(body: object, name: str) -> Optional[str]:
+    """`code` or `param` of an OpenAI error body (`{"error": {...}}`), if it names one."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    value = inner.get(name) if isinstance(inner, dict) else None
+    return None if value is None else str(value)
 
 
 @dataclass
@@ -55,8 +89,8 @@ class Retrying:
             retry_after: Optional[float] = None
             try:
                 return request()
-            except openai.APIStatusError as exc:
-                status, reason = exc.status_code, error_reason(exc)
+            except StatusError as exc:
+                status, reason = exc.status_code, exc.reason
                 refused = refuse(exc, reason)
                 if refused is not None:
                     raise refused from exc
@@ -66,12 +100,12 @@ class Retrying:
                     raise self.error(f"{what} failed with HTTP {status}: {reason}") from exc
                 error: Exception = exc
                 description = f"HTTP {status}: {reason}"
-                retry_after = parse_retry_after(exc.response.headers)
-            except openai.APITimeoutError as exc:
+                retry_after = parse_retry_after(exc.headers)
+            except RequestTimedOut as exc:
                 error, description = exc, f"timed out{f' ({self.timeout_hint})' if self.timeout_hint else ''}"
-            except openai.APIConnectionError as exc:
-                error, description = exc, f"connection error: {exc.__cause__ or exc}"
-            except openai.OpenAIError as exc:
+            except ConnectionFailed as exc:
+                error, description = exc, f"connection error: {exc}"
+            except CallFailed as exc:
                 raise self.error(f"{what} failed: {exc}") from exc
             if retries >= self.max_retries:
                 raise self.error(f"{what} gave up after {retries} retries{detail(tries)}: {description}") from error

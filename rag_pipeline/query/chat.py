@@ -1,7 +1,7 @@
 """An OpenAI-compatible chat completions client for answers, with the retries decided here.
 
-Configured like the embedder: the official client with its own retries off, and the retry loop
-both share (rag_pipeline/openai_calls.py) deciding what is retried and how long to wait; 400, 401,
+The official client with its own retries off, its failures turned into those of the retry loop
+the embedder shares (rag_pipeline/openai_calls.py), which decides what is retried and how long to wait; 400, 401,
 403 and 404 fail at once with a message that says what to change. Nothing is streamed: the reply is parsed once whole.
 
 Only what every compatible server accepts is sent (`model`, `messages`, and
@@ -20,7 +20,8 @@ from typing import Any
 import openai
 
 from rag_pipeline.core.retrying import Backoff
-from rag_pipeline.openai_calls import Retrying, Tries
+from rag_pipeline.openai_calls import (CallFailed, ConnectionFailed, RequestTimedOut, Retrying, StatusError, Tries,
+                                       error_reason)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,19 @@ class ChatReply:
                 "total_tokens": self.total_tokens}
 
 
-def _is_retryable_status(status: int) -> bool:
-    return status in (408, 409, 429) or status >= 500
+def _sdk_call(call: Callable[[], Any]) -> Any:
+    """One SDK call, its failures as the retry loop's."""
+    try:
+        return call()
+    except openai.APIStatusError as exc:
+        raise StatusError(exc.status_code, error_reason(exc.body, exc.message), code=exc.code, param=exc.param,
+                          headers=exc.response.headers) from exc
+    except openai.APITimeoutError as exc:      # before its base class, APIConnectionError
+        raise RequestTimedOut() from exc
+    except openai.APIConnectionError as exc:
+        raise ConnectionFailed(str(exc.__cause__ or exc)) from exc
+    except openai.OpenAIError as exc:
+        raise CallFailed(str(exc)) from exc
 
 
 class OpenAIChat:
@@ -89,7 +101,7 @@ class OpenAIChat:
             kwargs["max_completion_tokens"] = self.max_output_tokens
         where = self.base_url or "the OpenAI API"
 
-        def refuse(exc: openai.APIStatusError, reason: str) -> Exception | None:
+        def refuse(exc: StatusError, reason: str) -> Exception | None:
             status = exc.status_code
             if status in (401, 403):
                 return ChatError(f"the chat endpoint at {where} refused the API key (HTTP {status}): {reason}; "
@@ -103,7 +115,8 @@ class OpenAIChat:
             return None
 
         tries = Tries()
-        response = self.retrying.call(lambda: self._client.chat.completions.create(**kwargs), tries=tries,
+        response = self.retrying.call(lambda: _sdk_call(lambda: self._client.chat.completions.create(**kwargs)),
+                                      tries=tries,
                                       refuse=refuse, what=f"the chat request to {where}")
         return self._parse(response, tries.requests, tries.retries)
 

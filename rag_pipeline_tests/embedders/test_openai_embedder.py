@@ -1,11 +1,11 @@
-"""The OpenAI embedder against a loopback fake of the real API, through the official client."""
+"""The OpenAI embedder against a loopback fake of the real API (tests/embedders/test_fake_openai.py holds the
+fake to what the official client sends and reads)."""
 
 from __future__ import annotations
 
 import random
 import socket
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ from rag_pipeline.embedders.base import Embedder, EmbeddingError, PoisonedInputE
 from rag_pipeline.core.retrying import parse_retry_after
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline_tests.fakes import FakeOpenAI
+from rag_pipeline_tests.servers import serve
 
 DIMS = 64
 
@@ -259,11 +260,34 @@ def test_server_returning_the_wrong_size_is_an_error(fake: FakeOpenAI) -> None:
         embedder.embed(["x"])
 
 
-def test_usage_missing_falls_back_to_our_count() -> None:
+def test_usage_missing_falls_back_to_our_count_and_a_list_of_floats_is_read() -> None:
     embedder = OpenAIEmbedder("text-embedding-3-small", 2, api_key="k")
-    item = SimpleNamespace(index=0, embedding=[3.0, 4.0])
-    vectors, tokens = embedder._parse(SimpleNamespace(data=[item], usage=None), 1)
+    # A compatible server that ignores encoding_format answers with floats.
+    vectors, tokens = embedder._parse({"data": [{"index": 0, "embedding": [3.0, 4.0]}], "usage": None}, 1)
     assert vectors == [[0.6, 0.8]] and tokens is None
+    with pytest.raises(EmbeddingError, match="non-numeric vector"):
+        embedder._parse({"data": [{"index": 0, "embedding": "not base64!"}]}, 1)
+
+
+def test_a_proxy_answering_html_is_retried_and_its_words_reported() -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    seen = []
+
+    async def gateway(request):
+        seen.append(request.headers.get("authorization"))
+        return HTMLResponse("<html><body>502 Bad Gateway</body></html>", status_code=502)
+
+    sleeps = Sleeps()
+    with serve(Starlette(routes=[Route("/v1/embeddings", gateway, methods=["POST"])])) as base:
+        embedder = OpenAIEmbedder("text-embedding-3-small", api_key="sk-x", base_url=f"{base}/v1", max_retries=1,
+                                  sleep=sleeps)
+        with pytest.raises(EmbeddingError, match="gave up after 1 retries.*HTTP 502: <html><body>502 Bad Gateway"):
+            embedder.embed(["hello"])
+        embedder.close()
+    assert seen == ["Bearer sk-x"] * 2 and len(sleeps) == 1
 
 
 def test_parse_retry_after_headers() -> None:
@@ -303,3 +327,15 @@ def test_counts_the_chunker_made_stand_in_for_counting_again(monkeypatch):
         with pytest.raises(EmbeddingError, match="exceed 8191 tokens"):
             embedder.embed(texts[:1], [9000])
         assert len(fake.calls) == 3
+
+
+def test_a_batch_run_loads_no_sdk_to_embed() -> None:
+    """Every batch run starts a process: the SDK's import (~0.8 s) stays out of it."""
+    import subprocess
+    import sys
+    code = ("import sys; import rag_pipeline.definitions, rag_pipeline.ingest.batch_apply;"
+            " from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder;"
+            " OpenAIEmbedder('text-embedding-3-small', api_key='k').close();"
+            " print(sorted(m for m in sys.modules if m == 'openai' or m.startswith('openai.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
