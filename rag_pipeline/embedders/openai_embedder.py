@@ -253,6 +253,8 @@ class OpenAIEmbedder:
             raise RequestTimedOut() from exc
         except httpx.TransportError as exc:
             raise ConnectionFailed(str(exc) or type(exc).__name__) from exc
+        except httpx.RequestError as exc:        # a redirect loop, an undecodable body: final
+            raise CallFailed(f"{type(exc).__name__}: {exc}") from exc
         try:
             answer = response.json()
         except ValueError:
