@@ -12,7 +12,8 @@ against built once afterwards.
          measured against an exact scan for --queries random query vectors (hnsw.ef_search at
          pgvector's default 40). On uniformly random vectors every neighbour is about as far as
          any other, and recall says nothing (0.12-0.15 at every setting); with --clusters K the
-         vectors (and queries) lie around K random centres, as embeddings of topics do.
+         vectors (and queries) lie around K random centres with uniform noise: a cluster's members
+         are all about as near a query, so its recall is a pessimistic stand-in for real embeddings.
   gin    The first --gin-pages pages of the throughput bench's corpus (bench/pipeline_throughput.py,
          its cache), cut at ~1,600 characters, COPYed in batches of 1,000 pages into a table shaped
          like `chunks`' lexical part (`text`, a generated `to_tsvector('english', text)` column): once

@@ -51,6 +51,8 @@ def error_reason(body: object, fallback: str) -> str:
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
             return str(inner["message"])
+        if isinstance(inner, str) and inner:     # `{"error": "model not found"}` (some compatible servers)
+            return inner
     return str(body) if body else fallback
 
 

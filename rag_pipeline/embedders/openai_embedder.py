@@ -15,7 +15,9 @@ import base64
 import binascii
 import logging
 import math
+import os
 import random
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,8 +116,16 @@ class OpenAIEmbedder:
         self.retrying = Retrying("embedding request", EmbeddingError, max_retries,
                                  Backoff(backoff_base_s, backoff_max_s, retry_after_max_s), log, sleep,
                                  rng or random.Random(), timeout_hint="EMBEDDING_TIMEOUT_S")
-        self._client = httpx.Client(base_url=base_url or OPENAI_BASE_URL, timeout=timeout_s,
-                                    headers={"Authorization": f"Bearer {api_key}"})
+        headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json",
+                   "User-Agent": "rag-pipeline"}
+        # As the SDK does: a key of several organizations or projects bills the one named here.
+        for header, variable in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+            if os.environ.get(variable):
+                headers[header] = os.environ[variable]
+        # As the SDK does too: the system's certificate store (a private CA of a self-hosted server,
+        # SSL_CERT_FILE), and redirects followed (an http:// URL its proxy sends to https://).
+        self._client = httpx.Client(base_url=base_url or OPENAI_BASE_URL, timeout=timeout_s, headers=headers,
+                                    verify=ssl.create_default_context(), follow_redirects=True)
 
     # -- public ------------------------------------------------------------------------
 
@@ -251,9 +261,11 @@ class OpenAIEmbedder:
             response = self._client.post("embeddings", json=body)
         except httpx.TimeoutException as exc:
             raise RequestTimedOut() from exc
+        except httpx.UnsupportedProtocol as exc:   # no retry mends the URL
+            raise CallFailed(f"{exc}: check OPENAI_BASE_URL ({self._client.base_url})") from exc
         except httpx.TransportError as exc:
             raise ConnectionFailed(str(exc) or type(exc).__name__) from exc
-        except httpx.RequestError as exc:        # a redirect loop, an undecodable body: final
+        except httpx.RequestError as exc:        # too many redirects, an undecodable body: final
             raise CallFailed(f"{type(exc).__name__}: {exc}") from exc
         try:
             answer = response.json()
@@ -298,7 +310,7 @@ def _vector(embedding: Any) -> np.ndarray:
     """base64 of little-endian float32s (what is asked for), or a list of numbers."""
     try:
         if isinstance(embedding, str):
-            return np.frombuffer(base64.b64decode(embedding, validate=True), dtype="<f4").astype(np.float64)
+            return np.frombuffer(base64.b64decode(embedding), dtype="<f4").astype(np.float64)
         # numpy: a Python loop over every float costs ~1 ms a page at bulk-load rates
         return np.asarray(embedding, dtype=np.float64)
     except (TypeError, ValueError, binascii.Error) as exc:

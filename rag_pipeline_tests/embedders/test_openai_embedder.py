@@ -1,5 +1,5 @@
-"""The OpenAI embedder against a loopback fake of the real API (tests/embedders/test_fake_openai.py holds the
-fake to what the official client sends and reads)."""
+"""The OpenAI embedder against a loopback fake of the real API (rag_pipeline_tests/embedders/test_fake_openai.py
+holds the fake to what the official client sends and reads)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_round_trip_vectors_order_and_accounting(fake: FakeOpenAI) -> None:
     assert result.tokens == fake.total_tokens == sum(count_tokens(t) for t in inputs)
     assert fake.inputs == inputs
     call = fake.calls[0]
-    # The official client asks for base64 by default; `dimensions` is sent because it was set.
+    # Vectors are asked for in base64, as the official client asks; `dimensions` is sent because it was set.
     assert (call.encoding_format, call.dimensions, call.model) == ("base64", DIMS, "text-embedding-3-small")
 
 
@@ -339,3 +339,39 @@ def test_a_batch_run_loads_no_sdk_to_embed() -> None:
             " print(sorted(m for m in sys.modules if m == 'openai' or m.startswith('openai.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_redirect_is_followed_with_the_org_headers_and_a_string_error_is_the_reason(monkeypatch) -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, RedirectResponse
+    from starlette.routing import Route
+
+    seen = []
+
+    async def moved(request):
+        return RedirectResponse("/v2/embeddings", status_code=308)
+
+    async def missing(request):
+        seen.append((request.headers.get("authorization"), request.headers.get("openai-organization"),
+                     request.headers.get("openai-project"), (await request.json())["model"]))
+        return JSONResponse({"error": "model not found"}, status_code=404)
+
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-7")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-9")
+    app = Starlette(routes=[Route("/v1/embeddings", moved, methods=["POST"]),
+                            Route("/v2/embeddings", missing, methods=["POST"])])
+    sleeps = Sleeps()
+    with serve(app) as base:
+        embedder = OpenAIEmbedder("text-embedding-3-small", api_key="sk-x", base_url=f"{base}/v1", sleep=sleeps)
+        with pytest.raises(EmbeddingError, match="failed with HTTP 404: model not found$"):
+            embedder.embed(["hello"])
+        embedder.close()
+    assert seen == [("Bearer sk-x", "org-7", "proj-9", "text-embedding-3-small")] and sleeps == []
+
+
+def test_a_base_url_without_a_scheme_fails_at_once_naming_the_setting() -> None:
+    sleeps = Sleeps()
+    embedder = OpenAIEmbedder("text-embedding-3-small", api_key="k", base_url="localhost:8080/v1", sleep=sleeps)
+    with pytest.raises(EmbeddingError, match="check OPENAI_BASE_URL"):
+        embedder.embed(["hello"])
+    assert sleeps == []
