@@ -45,20 +45,24 @@ class CallFailed(Exception):
 Refusal = Callable[[StatusError, str], Optional[Exception]]
 
 
+def _error_object(body: object) -> object:
+    """What an error body says: `{"error": …}` unwrapped (the SDK hands over the inner one)."""
+    return body.get("error", body) if isinstance(body, dict) else body
+
+
 def error_reason(body: object, fallback: str) -> str:
     """The server's own words: an OpenAI error body's message, else the body, else `fallback`."""
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str) and inner:     # `{"error": "model not found"}` (some compatible servers)
-            return inner
+    inner = _error_object(body)
+    if isinstance(inner, dict) and inner.get("message"):
+        return str(inner["message"])
+    if isinstance(inner, str) and inner:     # `{"error": "model not found"}` (some compatible servers)
+        return inner
     return str(body) if body else fallback
 
 
 def error_field(body: object, name: str) -> Optional[str]:
-    """`code` or `param` of an OpenAI error body (`{"error": {...}}`), if it names one."""
-    inner = body.get("error", body) if isinstance(body, dict) else None
+    """`code` or `param` of an OpenAI error body, if it names one."""
+    inner = _error_object(body)
     value = inner.get(name) if isinstance(inner, dict) else None
     return None if value is None else str(value)
 

@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -105,13 +104,11 @@ def kill_group(proc: subprocess.Popen, graceful: bool = True) -> None:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
+        try:
+            wait_until(lambda: not _group_alive(proc.pid), 5, "the daemon's process group to exit")
+            return
+        except AssertionError:
+            pass   # stragglers: killed below
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -119,3 +116,9 @@ def kill_group(proc: subprocess.Popen, graceful: bool = True) -> None:
     proc.wait(10)
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -4,9 +4,10 @@ One POST to /embeddings over httpx, without the official SDK: every batch run ma
 and `import openai` cost ~0.8 s of each run's start-up for what is one JSON request. One place
 decides what is retried, how long to wait, and what gets counted: every request and retry goes
 into the run's metadata and the token ledger. Vectors come back base64-encoded (as the SDK asks
-for them), and a server that answers with lists of floats instead is read too. Inputs are validated before anything is sent (an input over
-the model's window is an error, never silently truncated), packed into token-aware batches,
-and a batch rejected with a 400 is bisected so one bad input does not cost the others.
+for them), and a server that answers with lists of floats instead is read too. Inputs are
+validated before anything is sent (an input over the model's window is an error, never silently
+truncated), packed into token-aware batches, and a batch rejected with a 400 is bisected so one
+bad input does not cost the others.
 """
 
 from __future__ import annotations

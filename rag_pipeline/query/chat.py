@@ -1,8 +1,9 @@
 """An OpenAI-compatible chat completions client for answers, with the retries decided here.
 
 The official client with its own retries off, its failures turned into those of the retry loop
-the embedder shares (rag_pipeline/openai_calls.py), which decides what is retried and how long to wait; 400, 401,
-403 and 404 fail at once with a message that says what to change. Nothing is streamed: the reply is parsed once whole.
+the embedder shares (rag_pipeline/openai_calls.py), which decides what is retried and how long to
+wait; 400, 401, 403 and 404 fail at once with a message that says what to change. Nothing is
+streamed: the reply is parsed once whole.
 
 Only what every compatible server accepts is sent (`model`, `messages`, and
 `max_completion_tokens` when asked for): reasoning models refuse `temperature` and `max_tokens`.
