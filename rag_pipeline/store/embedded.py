@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import warnings
@@ -76,6 +77,39 @@ def _service_user() -> str | None:
     return "embedded_postgres" if os.name != "nt" and os.geteuid() == 0 else None
 
 
+# Where processes of this machine take turns to add a service user.
+USERADD_LOCK = Path(tempfile.gettempdir()) / "rag-pipeline-useradd.lock"
+
+
+def ensure_system_user(name: str) -> None:
+    """Add `name` once, whatever number of processes ask at the same moment.
+
+    The package checks and then runs `useradd` with no lock: on a machine that has never run it,
+    processes starting together (test workers, the receiver beside the daemon) raced, one failing
+    with "user already exists" and another running initdb on a data directory it had not handed
+    over yet ("Permission denied"). Whoever comes second here finds the user made.
+    """
+    import fcntl
+    import pwd
+
+    with open(USERADD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            made = subprocess.run(["useradd", "-s", "/bin/bash", name], capture_output=True, text=True)
+            if made.returncode != 0 and made.returncode != 9:   # 9: made meanwhile by someone else
+                raise EmbeddedError(f"could not add the service user {name!r} that PostgreSQL runs as "
+                                    f"when started as root: {made.stderr.strip()}")
+
+
+def _get_server(pgdata: Path, cleanup_mode: str | None):
+    user = _service_user()
+    if user is not None:
+        ensure_system_user(user)
+    return _package().get_server(pgdata, cleanup_mode=cleanup_mode)
+
+
 # One thread at a time attaches to or starts a server: the package registers its server object
 # before that object is ready, so a second thread would get one whose URL is not known yet (the
 # daemon's sensor threads all attach in its first second).
@@ -101,7 +135,7 @@ def _start(settings: Settings, *, create: bool):
     if not created:
         _adopt(pgdata)
     try:
-        server = package.get_server(pgdata, cleanup_mode=None)
+        server = _get_server(pgdata, cleanup_mode=None)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         raise EmbeddedError(
             f"the embedded PostgreSQL did not start ({exc}); its log is {pgdata / 'log'}"
@@ -111,7 +145,7 @@ def _start(settings: Settings, *, create: bool):
 
 def temporary_server(pgdata: Path):
     """A throwaway server (tests, benchmarks): stopped and deleted when this process exits."""
-    return _package().get_server(pgdata, cleanup_mode="delete")
+    return _get_server(pgdata, cleanup_mode="delete")
 
 
 def _adopt(pgdata: Path) -> None:
@@ -167,7 +201,7 @@ def _stop_foreign_postmaster(pgdata: Path, timeout_s: float = 60.0) -> None:
 def _chown_to(pgdata: Path, user: str) -> None:
     import pwd
 
-    _package().utils.ensure_user_exists(user)
+    ensure_system_user(user)
     entry = pwd.getpwnam(user)
     if pgdata.stat().st_uid == entry.pw_uid:
         return
@@ -236,7 +270,7 @@ def _restart(pgdata: Path) -> None:
     if known is not None:
         known.ensure_postgres_running()
     else:
-        _package().get_server(pgdata, cleanup_mode=None)
+        _get_server(pgdata, cleanup_mode=None)
 
 
 def log_file(settings: Settings) -> Path:

@@ -145,7 +145,7 @@ def test_a_data_directory_served_by_other_binaries_is_adopted(monkeypatch):
             import pwd
 
             user = "pgserver"
-            embedded._package().utils.ensure_user_exists(user)
+            embedded.ensure_system_user(user)
             entry = pwd.getpwnam(user)
             for root, dirs, files in os.walk(pgdata):
                 for name in [*dirs, *files]:

@@ -1,0 +1,52 @@
+"""As root, PostgreSQL runs as a service user that the first start on a machine adds. Test workers,
+or the receiver beside the daemon, start together: on a new CI machine the package's own unlocked
+check-then-`useradd` failed two of three test workers."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from rag_pipeline.store import embedded
+
+pytestmark = pytest.mark.skipif(os.name == "nt" or os.geteuid() != 0,
+                                reason="only root adds a service user (PostgreSQL refuses to run as root)")
+
+STARTERS = 8
+ADD = """
+import os, sys, time
+from rag_pipeline.store import embedded
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.001)
+embedded.ensure_system_user(sys.argv[1])
+"""
+
+
+def test_processes_starting_together_add_the_service_user_once(tmp_path):
+    name = f"rag_t{uuid.uuid4().hex[:10]}"
+    go = tmp_path / "go"
+    starters = [subprocess.Popen([sys.executable, "-c", ADD, name, str(go)], stderr=subprocess.PIPE, text=True)
+                for _ in range(STARTERS)]
+    try:
+        go.touch()
+        failures = [p.communicate(timeout=60)[1] for p in starters]
+        assert [p.returncode for p in starters] == [0] * STARTERS, failures
+        entries = [line for line in open("/etc/passwd") if line.startswith(f"{name}:")]
+        assert len(entries) == 1
+        assert pwd.getpwnam(name).pw_uid != 0
+        embedded.ensure_system_user(name)          # asked again: nothing to do, no error
+        assert len([line for line in open("/etc/passwd") if line.startswith(f"{name}:")]) == 1
+    finally:
+        for p in starters:
+            p.kill()
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+def test_a_service_user_that_cannot_be_added_is_one_clear_error():
+    with pytest.raises(embedded.EmbeddedError, match="could not add the service user"):
+        embedded.ensure_system_user("bad name")     # useradd refuses a name with a space
