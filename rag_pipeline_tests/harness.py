@@ -12,6 +12,7 @@ import httpx
 
 from rag_pipeline.defs.index.batch_runs import pages_of as batch_pages
 from rag_pipeline.defs.index.partitions import pages_partitions
+from rag_pipeline_tests.servers import TLS
 
 TOKEN = "e2e-token"
 
@@ -118,6 +119,7 @@ def deliver(base_url: str, url: str, markdown: str | bytes, *, original_status: 
                  "CB-Status": str(crawler_status), "Content-Encoding": "gzip"},
         content=gzip.compress(body),
         timeout=10,
+        verify=TLS,
     )
     resp.raise_for_status()
     return resp

@@ -13,7 +13,7 @@ from rag_pipeline.crawl.simulator import CrawlbaseSimulator
 from rag_pipeline.crawl.loopback_site import LoopbackSite
 from rag_pipeline.settings import Settings, get_settings
 from rag_pipeline_tests.harness import TOKEN
-from rag_pipeline_tests.servers import serve
+from rag_pipeline_tests.servers import TLS, serve
 from webhook_sensor.app import create_app
 
 CB_TOKEN = "cb-test-token"
@@ -41,7 +41,8 @@ class OutageGate:
                 else:
                     headers = {k: v for k, v in self.headers.items()
                                if k.lower() not in ("host", "content-length", "connection")}
-                    resp = httpx.post(gate.upstream + self.path, headers=headers, content=body, timeout=10)
+                    resp = httpx.post(gate.upstream + self.path, headers=headers, content=body, timeout=10,
+                                      verify=TLS)
                     status, payload = resp.status_code, resp.content
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
