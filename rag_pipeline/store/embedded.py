@@ -97,10 +97,14 @@ def ensure_system_user(name: str) -> None:
         try:
             pwd.getpwnam(name)
         except KeyError:
-            made = subprocess.run(["useradd", "-s", "/bin/bash", name], capture_output=True, text=True)
-            if made.returncode != 0 and made.returncode != 9:   # 9: made meanwhile by someone else
+            try:
+                made = subprocess.run(["useradd", "-s", "/bin/bash", name], capture_output=True, text=True)
+                reason = made.stderr.strip() if made.returncode not in (0, 9) else None   # 9: made meanwhile
+            except OSError as exc:        # no useradd on this system
+                reason = str(exc)
+            if reason is not None:
                 raise EmbeddedError(f"could not add the service user {name!r} that PostgreSQL runs as "
-                                    f"when started as root: {made.stderr.strip()}")
+                                    f"when started as root: {reason}")
 
 
 def _get_server(pgdata: Path, cleanup_mode: str | None):

@@ -50,3 +50,9 @@ def test_processes_starting_together_add_the_service_user_once(tmp_path):
 def test_a_service_user_that_cannot_be_added_is_one_clear_error():
     with pytest.raises(embedded.EmbeddedError, match="could not add the service user"):
         embedded.ensure_system_user("bad name")     # useradd refuses a name with a space
+
+
+def test_a_system_without_useradd_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(embedded.EmbeddedError, match="could not add the service user .*useradd"):
+        embedded.ensure_system_user(f"rag_t{uuid.uuid4().hex[:10]}")

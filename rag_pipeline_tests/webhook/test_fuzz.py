@@ -12,7 +12,6 @@ import gzip
 import json
 
 import httpx
-
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
