@@ -19,21 +19,24 @@ pytestmark = pytest.mark.skipif(os.name == "nt" or os.geteuid() != 0,
 
 STARTERS = 8
 ADD = """
-import os, sys, time
+import sys
 from rag_pipeline.store import embedded
-while not os.path.exists(sys.argv[2]):
-    time.sleep(0.001)
+print("ready", flush=True)
+sys.stdin.read(1)          # every starter imported and waiting: released together
 embedded.ensure_system_user(sys.argv[1])
 """
 
 
-def test_processes_starting_together_add_the_service_user_once(tmp_path):
+@pytest.mark.parametrize("round_", range(3))     # a race: each round alone caught it about half the time
+def test_processes_starting_together_add_the_service_user_once(round_):
     name = f"rag_t{uuid.uuid4().hex[:10]}"
-    go = tmp_path / "go"
-    starters = [subprocess.Popen([sys.executable, "-c", ADD, name, str(go)], stderr=subprocess.PIPE, text=True)
-                for _ in range(STARTERS)]
+    starters = [subprocess.Popen([sys.executable, "-c", ADD, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(STARTERS)]
     try:
-        go.touch()
+        assert [p.stdout.readline() for p in starters] == ["ready\n"] * STARTERS
+        for p in starters:
+            p.stdin.write("x")
+            p.stdin.flush()
         failures = [p.communicate(timeout=60)[1] for p in starters]
         assert [p.returncode for p in starters] == [0] * STARTERS, failures
         entries = [line for line in open("/etc/passwd") if line.startswith(f"{name}:")]
