@@ -9,6 +9,7 @@ import pwd
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,10 @@ embedded.ensure_system_user(sys.argv[1])
 """
 
 
+def passwd_entries(name: str) -> int:
+    return sum(line.startswith(f"{name}:") for line in Path("/etc/passwd").read_text().splitlines())
+
+
 @pytest.mark.parametrize("round_", range(3))     # a race: each round alone caught it about half the time
 def test_processes_starting_together_add_the_service_user_once(round_):
     name = f"rag_t{uuid.uuid4().hex[:10]}"
@@ -39,11 +44,10 @@ def test_processes_starting_together_add_the_service_user_once(round_):
             p.stdin.flush()
         failures = [p.communicate(timeout=60)[1] for p in starters]
         assert [p.returncode for p in starters] == [0] * STARTERS, failures
-        entries = [line for line in open("/etc/passwd") if line.startswith(f"{name}:")]
-        assert len(entries) == 1
+        assert passwd_entries(name) == 1
         assert pwd.getpwnam(name).pw_uid != 0
         embedded.ensure_system_user(name)          # asked again: nothing to do, no error
-        assert len([line for line in open("/etc/passwd") if line.startswith(f"{name}:")]) == 1
+        assert passwd_entries(name) == 1
     finally:
         for p in starters:
             p.kill()
