@@ -292,8 +292,11 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
         if not hnsw:
             spaces.drop_index(conn, space)
         passes, applied, failed, dropped = 0, 0, [], False
+        route_s = apply_s = 0.0
         while True:
+            t = time.perf_counter()
             routed = route(conn, settings)
+            route_s += time.perf_counter() - t
             dropped |= index_upkeep(conn, space, settings, hnsw)
             work = deliveries.queued_work(conn, settings.sensor_batch_size)
             if not routed.routed and not work:
@@ -302,8 +305,10 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
             # The batches of a pass side by side, one process each, as delivery_sensor's runs of
             # one tick work at once (BATCH_SPREAD, one a core).
             batches = plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, settings.batch_spread)
+            t = time.perf_counter()
             for reasons in workers.map(apply_in_worker, batches):
                 failed += reasons
+            apply_s += time.perf_counter() - t
             applied += sum(len(batch) for batch in batches)
             if failed:
                 raise RuntimeError(f"{len(failed)} page(s) failed, first: {failed[0]}")
@@ -319,7 +324,8 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
         seconds = time.perf_counter() - started
         rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         index = spaces.index_state(conn, space)
-    return {"seconds": seconds, "pages": len(pages), "store_s": round(store_s, 2), "passes": passes,
+    return {"seconds": seconds, "pages": len(pages), "store_s": round(store_s, 2), "route_s": round(route_s, 2),
+            "apply_s": round(apply_s, 2), "passes": passes,
             "applied": applied, "rows": rows, "index_dropped": dropped,
             "index_build_s": None if build_s is None else round(build_s, 2), "hnsw": index}
 

@@ -6,8 +6,11 @@ embedding work (and what a failed run has to redo) to a size that finishes in mi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # cl100k_base averages ~4 characters a token on English prose and markdown: enough for a bound.
 CHARS_PER_TOKEN = 4
@@ -75,6 +78,32 @@ def _cut(items: Sequence[WorkItem], max_pages: int, max_tokens: int, wanted: int
         tokens += max(item.tokens, 1)
     batches.append(current)
     return batches
+
+
+# A slice of a batch is staged while the slice before it is being embedded. About one full
+# embedding request of text (OpenAI takes 300,000 tokens a request; the embed texts run ~20% over
+# the pages' own, with their breadcrumbs and overlaps): smaller slices overlap sooner but cut
+# more, partly filled requests.
+SLICE_TOKENS = 240_000
+SLICE_PAGES = 400
+
+
+def slices(items: Sequence[T], tokens_of: Callable[[T], int], max_tokens: int = SLICE_TOKENS,
+           max_pages: int = SLICE_PAGES) -> list[list[T]]:
+    """Consecutive slices of at most `max_pages` items and `max_tokens` estimated tokens; a slice
+    always takes its first item, however large."""
+    if max_tokens < 1 or max_pages < 1:
+        raise ValueError("slice bounds must be positive")
+    out: list[list[T]] = []
+    tokens = 0
+    for item in items:
+        n = tokens_of(item)
+        if not out or len(out[-1]) >= max_pages or tokens + n > max_tokens:
+            out.append([])
+            tokens = 0
+        out[-1].append(item)
+        tokens += n
+    return out
 
 
 def apportion(total: int, weights: Sequence[int]) -> list[int]:

@@ -9,6 +9,12 @@ page by page, so one page's failure is recorded on its own delivery (retried lat
 the texts every page needs are sent together, in full requests, and a poisoned input fails only
 the pages that contain it.
 
+After the sources, a batch goes slice by slice (`batch_sizing.slices`: about one full request of
+text each), and a slice is chunked and staged while the one before it is being embedded, in a
+thread that waits on the embedding API. Each slice is switched in its own transaction once its
+vectors are cached, before the next slice's texts are looked up, so a text two slices share is
+embedded once.
+
 `apply_batch` yields what happened step by step, so the caller (the Dagster op, or the plain loop
 of the throughput benchmark) reports each page as soon as it is done.
 """
@@ -17,11 +23,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import psycopg
 
-from rag_pipeline.core.batch_sizing import WorkItem, apportion
+from rag_pipeline.core.batch_sizing import CHARS_PER_TOKEN, SLICE_PAGES, SLICE_TOKENS, WorkItem, apportion, slices
 from rag_pipeline.core.urls import page_id
 from rag_pipeline.embedders.base import IncompleteEmbeddingError, PoisonedInputError
 from rag_pipeline.ingest import indexing, vector_cache
@@ -108,6 +115,8 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
     Each step handles the whole batch in a few statements; when a step fails as a whole, it is done
     again page by page, so that only the page at fault fails.
     """
+    embedding = ThreadPoolExecutor(1, thread_name_prefix="embedding")
+    ahead: _Embedding | None = None
     try:
         work: list[_Page] = []
         for page in _lock_pages(conn, items, batch_key):
@@ -119,17 +128,31 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         max_tokens, overlap_tokens = chunk_budget(active)
         if not rechunk:
             yield from _take_sources(conn, work, max_page_bytes, retry)
-        yield from _stage_all(conn, [p for p in work if not p.failed], max_tokens, overlap_tokens, retry)
         switched = []
-        for event in _embed_and_switch(conn, [p for p in work if not p.failed], embedder_for, active, run_id, retry):
-            yield event
-            if isinstance(event, Switched):
-                switched.append(event.page_url)
+        # Slice k+1 is cut while slice k's texts are being embedded (a thread waits on the API):
+        # the chunker's CPU and the embedding server's time overlap, instead of adding up.
+        for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
+            yield from _stage_all(conn, part, max_tokens, overlap_tokens, retry)
+            if ahead is not None:
+                yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
+            ahead = _embed_ahead(conn, [p for p in part if not p.failed], embedder_for, active, retry, embedding)
+            yield from ahead.refused
+        if ahead is not None:
+            yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
+            ahead = None
         # A re-chunk has no delivery to count failed tries on: its page keeps the lease until it runs
         # out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
         _release(conn, switched + ([] if rechunk else [p.item.page_url for p in work if p.failed]), batch_key)
     finally:
+        # Stopped part-way (an error, a closed generator): an embedding call still under way is
+        # not waited for; what it was paid for is lost with the run, as it would be without it.
+        embedding.shutdown(wait=ahead is None, cancel_futures=True)
         _unlock_all(conn)
+
+
+def _tokens_of(page: _Page) -> int:
+    """A slice's size: the page's text as sourced, or the sensor's estimate (a re-chunk)."""
+    return -(-page.source.chars // CHARS_PER_TOKEN) if page.source else page.item.tokens
 
 
 def _lock_pages(conn, items, batch_key) -> Iterator[_Page | Skipped]:
@@ -272,8 +295,54 @@ def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Sta
 
 
 def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, retry) -> Iterator[Switched | Failed]:
-    prepaid, failures = yield from _embed_shared(conn, live, embedder_for, active, retry)
-    todo = [p for p in live if p.item.page_url not in failures]
+    """Embed what the pages lack, then switch them (the `embeddings` step of a backfill run)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="embedding") as embedding:
+        order = _embed_ahead(conn, live, embedder_for, active, retry, embedding)
+        yield from order.refused
+        yield from _switch_slice(conn, order, embedder_for, run_id, retry, [])
+
+
+@dataclass
+class _Embedding:
+    """The texts some pages lack, sent to the embedder in a thread; what is known before it answers."""
+
+    pages: list[_Page]
+    refused: list[Failed] = field(default_factory=list)   # failed before any request (the space, the cache)
+    missing: list[chunk_store.StagedChunk] = field(default_factory=list)
+    first_page: dict[bytes, str] = field(default_factory=dict)
+    space: spaces.Space | None = None
+    answer: Future | None = None
+
+
+def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry, embedding: ThreadPoolExecutor) -> _Embedding:
+    """Send, in one embedder call (it cuts full requests), every text the active space lacks for
+    these pages, without waiting for the answer; `_switch_slice` takes it."""
+    order = _Embedding(live)
+    texts: dict[bytes, chunk_store.StagedChunk] = {}
+    for page in live:
+        for chunk in page.staged or []:
+            texts.setdefault(chunk.embed_hash, chunk)
+            order.first_page.setdefault(chunk.embed_hash, page.item.page_url)
+    if not texts:
+        return order
+    try:
+        embedder = embedder_for(active)
+        order.space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
+        cached = chunk_store.cached_hashes(conn, order.space, list(texts))
+    except Exception as exc:  # noqa: BLE001 - the embedder or the database away: every page waits for a retry
+        failure = classify(exc)
+        order.refused = [_fail(conn, page, "embeddings", failure, retry) for page in live]
+        return order
+    order.missing = [c for h, c in texts.items() if h not in cached]
+    if order.missing:
+        order.answer = embedding.submit(embedder.embed, [c.embed_text for c in order.missing],
+                                        [c.token_count for c in order.missing])
+    return order
+
+
+def _switch_slice(conn, order: _Embedding, embedder_for, run_id, retry, switched: list[str]) -> Iterator[Switched | Failed]:
+    prepaid, failures = yield from _embedded(conn, order, retry)
+    todo = [p for p in order.pages if not p.failed and p.item.page_url not in failures]
     if not todo:
         return
     try:
@@ -283,35 +352,28 @@ def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, ret
         if not isinstance(exc, indexing.OneByOne):
             log.warning("switching %d pages at once failed (%s): page by page", len(todo), exc)
         for page in todo:
-            yield _switch(conn, page, embedder_for, prepaid.get(page.item.page_url, indexing.Prepaid()),
-                          run_id, retry)
+            event = _switch(conn, page, embedder_for, prepaid.get(page.item.page_url, indexing.Prepaid()),
+                            run_id, retry)
+            if isinstance(event, Switched):
+                switched.append(event.page_url)
+            yield event
         return
     for page in todo:
+        switched.append(page.item.page_url)
         yield Switched(page.item.page_url, results[page.item.page_url])
 
 
-def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
-    """Embed, in one call (the embedder cuts it into full requests), every text the active space
-    lacks for these pages; returns each page's prepaid share and the pages that failed here."""
+def _embedded(conn, order: _Embedding, retry):
+    """The answer to `_embed_ahead`'s call, cached; each page's prepaid share, and the pages that
+    failed here."""
     failures: set[str] = set()
     prepaid: dict[str, indexing.Prepaid] = {}
-    texts: dict[bytes, chunk_store.StagedChunk] = {}
-    first_page: dict[bytes, str] = {}
-    for page in live:
-        for chunk in page.staged or []:
-            texts.setdefault(chunk.embed_hash, chunk)
-            first_page.setdefault(chunk.embed_hash, page.item.page_url)
-    if not texts:
+    if order.answer is None:
         return prepaid, failures
+    missing, space = order.missing, order.space
     try:
-        embedder = embedder_for(active)
-        space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
-        cached = chunk_store.cached_hashes(conn, space, list(texts))
-        missing = [c for h, c in texts.items() if h not in cached]
-        if not missing:
-            return prepaid, failures
         try:
-            result = embedder.embed([c.embed_text for c in missing], [c.token_count for c in missing])
+            result = order.answer.result()
             vectors, bad, spent = result.vectors, {}, result
         except PoisonedInputError as exc:
             vectors, spent = exc.vectors, exc
@@ -325,11 +387,11 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
                 (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
         failure = classify(exc)
-        for page in live:
+        for page in order.pages:
             failures.add(page.item.page_url)
             yield _fail(conn, page, "embeddings", failure, retry)
         return prepaid, failures
-    for page in live:
+    for page in order.pages:
         refused = sorted({bad[c.embed_hash] for c in page.staged or [] if c.embed_hash in bad})
         if refused:
             failures.add(page.item.page_url)
@@ -337,7 +399,7 @@ def _embed_shared(conn, live: list[_Page], embedder_for, active, retry):
             yield _fail(conn, page, "embeddings", PageFailure(reason, retryable=False), retry)
     # Each text's cost goes to the first page that needed it, so the ledger adds up to the bill.
     embedded = [c for c in missing if c.embed_hash not in bad]
-    owners = [first_page[c.embed_hash] for c in embedded]
+    owners = [order.first_page[c.embed_hash] for c in embedded]
     weights = [c.token_count for c in embedded]
     tokens = apportion(spent.tokens, weights)
     requests = apportion(spent.requests, weights)

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.batch_sizing import MIN_SPREAD_PAGES, WorkItem, _cut, _shares, apportion, plan_batches
+from rag_pipeline.core.batch_sizing import (
+    MIN_SPREAD_PAGES,
+    WorkItem,
+    _cut,
+    _shares,
+    apportion,
+    plan_batches,
+    slices,
+)
 
 
 def items(*chars: int) -> list[WorkItem]:
@@ -105,3 +113,19 @@ def test_apportion_examples():
     assert apportion(0, [5, 5]) == [0, 0]
     with pytest.raises(ValueError):
         apportion(1, [])
+
+
+def test_slices_keep_order_and_cut_at_either_bound():
+    tokens = lambda item: item.tokens   # noqa: E731
+    work = items(400, 400, 400, 400, 400)          # 100 tokens each
+    assert [[i.delivery_id for i in s] for s in slices(work, tokens, 250, 10)] == [[1, 2], [3, 4], [5]]
+    assert [len(s) for s in slices(work, tokens, 10_000, 3)] == [3, 2]
+    assert [len(s) for s in slices(work, tokens, 10_000, 10)] == [5]
+    assert slices([], tokens) == []
+
+
+def test_a_page_over_the_slice_bound_is_a_slice_of_its_own():
+    work = items(40, 40_000, 40, 40)
+    assert [[i.delivery_id for i in s] for s in slices(work, lambda i: i.tokens, 100, 10)] == [[1], [2], [3, 4]]
+    with pytest.raises(ValueError):
+        slices(work, lambda i: i.tokens, 0, 10)

@@ -1,0 +1,135 @@
+"""A batch goes slice by slice: the next slice is cut while the last one is being embedded, a text
+two slices share is embedded once, and a slice's embedding failure is that slice's alone."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rag_pipeline.core.tokens import count_tokens
+from rag_pipeline.embedders.base import EmbeddingError
+from rag_pipeline.embedders.hash_embedder import HashEmbedder
+from rag_pipeline.ingest import batch_apply, indexing
+from rag_pipeline.ingest.batch_apply import Failed, Staged, Switched
+from rag_pipeline_tests.ingest.test_batch_sets import apply, connect, deliver, markdown, url
+
+@pytest.fixture(autouse=True)
+def slices_of_three(monkeypatch):
+    monkeypatch.setattr(batch_apply, "SLICE_PAGES", 3)
+
+
+class Recorder(HashEmbedder):
+    """Every call's texts, and what the test asks to happen during a call."""
+
+    def __init__(self, during=None):
+        super().__init__(dimensions=32)
+        self.calls: list[list[str]] = []
+        self.during = during
+
+    def embed(self, texts, token_counts=None):
+        self.calls.append(list(texts))
+        if self.during is not None:
+            self.during(len(self.calls))
+        return super().embed(texts, token_counts)
+
+
+def test_the_next_slice_is_staged_while_the_last_one_is_being_embedded(database_url, monkeypatch):
+    next_staged = threading.Event()
+    staged_calls = []
+    original = indexing.stage_many
+
+    def stage_many(conn, urls, *args, **kwargs):
+        staged_calls.append(list(urls))
+        if len(staged_calls) == 2:
+            next_staged.set()
+        return original(conn, urls, *args, **kwargs)
+
+    monkeypatch.setattr(indexing, "stage_many", stage_many)
+    seen = {}
+
+    def during(call: int) -> None:
+        # The first slice's call returns only once the second slice was staged (or after 30 s,
+        # when it was not: the batch would then run one step after the other).
+        if call == 1:
+            seen["overlapped"] = next_staged.wait(30)
+
+    embedder = Recorder(during)
+    with connect(database_url) as conn:
+        events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(7)}), embedder)
+    assert [len(c) for c in staged_calls] == [3, 3, 1]
+    assert seen == {"overlapped": True}
+    assert len(embedder.calls) == 3
+    assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(7))
+    for n in range(7):   # each page's steps in order, whatever the slices interleave
+        steps = [type(e).__name__ for e in events if e.page_url == url(n)]
+        assert steps == ["Sourced", "Staged", "Switched"], (n, steps)
+
+
+def test_a_text_two_slices_share_is_embedded_once_and_paid_by_its_first_page(database_url):
+    embedder = Recorder()
+    # Slices of three: pages 3-5 say what pages 0-2 say, word for word.
+    pages = {url(n): markdown(n % 3) for n in range(6)}
+    with connect(database_url) as conn:
+        events = apply(conn, deliver(conn, pages), embedder)
+        ledger = dict(conn.execute(
+            "SELECT page_url, tokens_embedded FROM embedding_ledger").fetchall())
+    results = {e.page_url: e.result for e in events if isinstance(e, Switched)}
+    assert sorted(results) == sorted(pages)
+    assert len(embedder.calls) == 1   # the second slice found every text of its in the cache
+    sent = embedder.calls[0]
+    assert len(sent) == len(set(sent)) == sum(results[url(n)].chunks_total for n in range(3))
+    for n in range(3, 6):
+        assert results[url(n)].chunks_embedded == 0 and results[url(n)].tokens_embedded == 0
+        assert results[url(n)].chunks_total == results[url(n - 3)].chunks_total
+    assert sum(ledger.values()) == sum(count_tokens(t) for t in sent) > 0
+
+
+def test_an_outage_during_one_slice_fails_its_pages_and_the_next_slice_switches(database_url):
+    def during(call: int) -> None:
+        if call == 1:
+            raise EmbeddingError("embedding API unreachable: connection refused")
+
+    embedder = Recorder(during)
+    with connect(database_url) as conn:
+        events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(6)}), embedder)
+        outcomes = dict(conn.execute("SELECT page_url, outcome FROM deliveries").fetchall())
+        retry = dict(conn.execute("SELECT page_url, retry_at IS NOT NULL FROM deliveries").fetchall())
+    failed = sorted(e.page_url for e in events if isinstance(e, Failed))
+    assert failed == sorted(url(n) for n in range(3))
+    assert {e.step for e in events if isinstance(e, Failed)} == {"embeddings"}
+    assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(3, 6))
+    # The failed pages wait for a retry on their deliveries; the others are applied.
+    assert {outcomes[url(n)] for n in range(3)} == {"failed"} and all(retry[url(n)] for n in range(3))
+    assert {outcomes[url(n)] for n in range(3, 6)} == {"embedded"}
+
+
+def test_a_batch_stopped_while_a_slice_is_being_embedded_frees_its_page_locks(database_url):
+    release = threading.Event()
+
+    def during(call: int) -> None:
+        release.wait(30)
+
+    embedder = Recorder(during)
+    with connect(database_url) as conn, connect(database_url) as other:
+        work = deliver(conn, {url(n): markdown(n) for n in range(6)})
+        events = batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
+                                         chunk_budget=lambda _space: (512, 64), max_page_bytes=1_000_000,
+                                         retry=batch_apply.RetryPolicy(3, 1.0))
+        # Up to the second slice's chunks: the first slice's call is under way.
+        for event in events:
+            if isinstance(event, Staged) and event.page_url == url(3):
+                break
+        assert len(embedder.calls) == 1
+        assert page_locks(other, conn) == 6
+        events.close()   # the run stops here; the call under way is not waited for
+        locked = page_locks(other, conn)
+        release.set()
+        assert locked == 0
+        assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+
+
+def page_locks(observer, conn) -> int:
+    return observer.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s AND classid = %s AND objsubid = 2",
+        (conn.info.backend_pid, batch_apply.PAGE_LOCK_CLASS)).fetchone()[0]
