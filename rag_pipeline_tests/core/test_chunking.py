@@ -225,6 +225,37 @@ def test_chunker_version_is_a_string() -> None:
     assert isinstance(CHUNKER_VERSION, str) and CHUNKER_VERSION
 
 
+# What chunker version 2 makes of a fixed set of texts: the documentation pages of bench/corpus.py
+# and strings made of the pieces that exercise every fallback (no break, digits, CJK, combining
+# marks, odd whitespace, fences, setext underlines, special-token strings). A change to any
+# boundary, embed text or token count must bump CHUNKER_VERSION (stored pages are then re-cut);
+# a change that only makes the chunker faster must leave this digest as it is.
+GOLDEN = {"2": "9543b18c5f5f8399466331a64009ebb6e75e7a98bec601255f3098875d40e07d"}
+_GOLDEN_PIECES = [
+    "word", "Word", "x", " ", "  ", "\n", "\n\n", "\r\n", ". ", "! ", "? ", "\u3002", "1234567890", "3.14",
+    "中文字符", "é", "e\u0301", "\u00a0", "\t", "# ", "## ", "### ", "#### ", "```\n", "~~~\n", "- ", "1. ",
+    "| a | b |\n|---|---|\n", "===\n", "---\n", "https://example.com/a/very/long/path?with=query&and=more",
+    "'s ", "'ll ", "🙂", "<|endoftext|>", "    code\n", "::\n",
+]
+
+
+def test_the_chunker_cuts_a_fixed_corpus_as_its_version_always_did() -> None:
+    import hashlib
+
+    generator = PageGenerator(2024)
+    pages = [render(generator.page(target)) for target in (300, 800, 1500, 3000, 6000, 12000)]
+    rng = random.Random(5)
+    odd = ["".join(rng.choice(_GOLDEN_PIECES) for _ in range(rng.randint(1, 400))) for _ in range(60)]
+    digest = hashlib.sha256()
+    for budget, texts in (((512, 64), pages + odd), ((96, 16), pages[:3] + odd), ((8, 0), odd[:20]),
+                          ((24, 23), odd[:20])):
+        for text in texts:
+            for c in chunk_markdown(text, *budget):
+                digest.update(repr((c.index, c.start, c.end, c.heading_path, c.embed_text, c.token_count)).encode())
+    assert digest.hexdigest() == GOLDEN.get(CHUNKER_VERSION), (
+        f"chunker {CHUNKER_VERSION} cuts differently now: bump CHUNKER_VERSION and record the new digest")
+
+
 @pytest.mark.parametrize(
     ("max_tokens", "overlap_tokens"), [(4, 0), (100, -1), (100, 100), (8100, 64)]
 )
