@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rag_pipeline.core.markdown_blocks import Block, parse_blocks
-from rag_pipeline.core.embed_text import BREADCRUMB_MAX_TOKENS, HeadingIndex, breadcrumb, tail_within
-from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, char_index, count_tokens, encoding
+from rag_pipeline.core.embed_text import BREADCRUMB_MAX_TOKENS, HeadingIndex, breadcrumb, counted_tail
+from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, char_index, count_tokens, encoding, joins_cleanly, word_cut
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -252,12 +252,58 @@ def _content_defined_cuts(units: Sequence[_Unit], min_spacing: int) -> list[int]
     return cuts
 
 
+def _span_tokens(text: str, units: Sequence[_Unit], lo: int, hi: int, end: int) -> int:
+    """Tokens of text[units[lo].start:end] (`end` inside units[hi - 1]), added up from the units'
+    own counts across the joins that allow it (`joins_cleanly`: a paragraph's blank line before
+    the next block), and counted only where they do not: most chunks are tokenized once, as units."""
+    last = units[hi - 1]
+    whole = end == last.end
+    total = 0
+    for k in range(lo, hi if whole else hi - 1):
+        if k > lo and not (units[k - 1].end == units[k].start and joins_cleanly(text, units[k].start)):
+            return count_tokens(text[units[lo].start : end])
+        total += units[k].tokens
+    if whole:
+        return total
+    if last.start >= end or (hi - 1 > lo and not joins_cleanly(text, last.start)):
+        return count_tokens(text[units[lo].start : end])
+    # The last unit cut short (its trailing blank lines): its count, less what follows its last
+    # word cut, plus what follows that cut up to `end`.
+    cut = _last_word_cut(text, last.start, end)
+    if cut is None:
+        return total + count_tokens(text[last.start : end])
+    return total + last.tokens - count_tokens(text[cut : last.end]) + count_tokens(text[cut:end])
+
+
+def _last_word_cut(text: str, start: int, end: int) -> int | None:
+    """A `word_cut` i with start < i and i + 1 < end, near `end`; None if the last few spaces are not."""
+    i = end - 1
+    for _ in range(8):
+        i = text.rfind(" ", start + 1, i)
+        if i < 0:
+            return None
+        if i + 1 < end and word_cut(text, i):
+            return i
+    return None
+
+
+def _added(parts: Sequence[tuple[str, int]]) -> int:
+    """Tokens of the parts joined, from their own counts when every join allows it."""
+    present = [(p, n) for p, n in parts if p]
+    joined = "".join(p for p, _ in present)
+    at = 0
+    for part, _ in present[:-1]:
+        at += len(part)
+        if not joins_cleanly(joined, at):
+            return count_tokens(joined)
+    return sum(n for _, n in present)
+
+
 def _fit(
     text: str, units: Sequence[_Unit], lo: int, hi: int, max_tokens: int, min_spacing: int
 ) -> list[tuple[int, int]]:
     """Split units[lo:hi] at their strongest boundaries until every piece fits the budget."""
-    start, end = units[lo].start, units[hi - 1].end
-    if hi - lo == 1 or count_tokens(text[start:end]) <= max_tokens:
+    if hi - lo == 1 or _span_tokens(text, units, lo, hi, units[hi - 1].end) <= max_tokens:
         return [(lo, hi)]
     sizes = [0]
     for k in range(lo, hi):
@@ -305,22 +351,25 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                 content = text[start:end]
                 path, crumb_titles = headings.at(start, end)
                 crumb = breadcrumb(crumb_titles)
+                crumb_tokens = count_tokens(crumb)
                 # The overlap ends where the content starts, so overlap + content is itself
                 # a slice of the page: no separator is invented.
-                overlap = tail_within(previous_content, overlap_tokens) if previous_content else ""
+                overlap, overlap_count = (counted_tail(previous_content, overlap_tokens)
+                                          if previous_content else ("", 0))
                 # Trailing blank lines say nothing to the model, and would make the last chunk of
                 # a page differ from the same text followed by more page (a shorter page's tail).
                 body = content.rstrip() or content
+                body_tokens = _span_tokens(text, units, a, b, start + len(body))
                 embed_text = crumb + overlap + body
-                token_count = count_tokens(embed_text)
-                limit = max_tokens + overlap_tokens + count_tokens(crumb)
+                token_count = _added(((crumb, crumb_tokens), (overlap, overlap_count), (body, body_tokens)))
+                limit = max_tokens + overlap_tokens + crumb_tokens
                 if token_count > limit:
                     # Token counts are not strictly additive across a join; drop the extras
                     # rather than ever exceed the promised budget.
                     embed_text = crumb + body
                     token_count = count_tokens(embed_text)
                     if token_count > limit:
-                        embed_text, token_count = body, count_tokens(body)
+                        embed_text, token_count = body, body_tokens
                 chunks.append(
                     Chunk(
                         index=len(chunks),

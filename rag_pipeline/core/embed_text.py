@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from rag_pipeline.core.markdown_blocks import Block
-from rag_pipeline.core.tokens import char_index, count_tokens, encoding
+from rag_pipeline.core.tokens import char_index, count_tokens, encoding, joins_cleanly, word_cut
 
 # The breadcrumb is context, not content: cap it so long heading paths cannot crowd out the
 # text or push an input past the embedding limit.
@@ -33,22 +33,34 @@ _WORD_START = re.compile(r"(?<=\s)\S")
 
 def tail_within(text: str, max_tokens: int) -> str:
     """About max_tokens tokens from the end of text, starting at a word when there is one."""
+    return counted_tail(text, max_tokens)[0]
+
+
+def counted_tail(text: str, max_tokens: int) -> tuple[str, int]:
+    """`tail_within`, and its tokens."""
     if max_tokens <= 0 or not text.strip():
-        return ""
+        return "", 0
     enc = encoding()
     # A bounded window: the overlap is short, the previous chunk may not be.
     window_start = max(0, len(text) - (max_tokens * 16 + 64))
     window = text[window_start:]
-    tokens = enc.encode_ordinary(window)
+    # Only the window's last tokens matter: tokenize from a line end nearer its end, where the
+    # window's tokens are cut too (`joins_cleanly`), when that still leaves enough of them.
+    offset = _clean_start(window, max_tokens)
+    tokens = enc.encode_ordinary(window[offset:])
+    if offset and len(tokens) < max_tokens:
+        offset, tokens = 0, enc.encode_ordinary(window)
     if len(tokens) <= max_tokens:
-        cut = 0
+        cut = offset
     else:
+        rest = window[offset:]
         skip_bytes = len(enc.decode_bytes(tokens[: len(tokens) - max_tokens]))
-        cut = char_index(window, skip_bytes)
-        if len(window[:cut].encode("utf-8")) < skip_bytes:
+        cut = char_index(rest, skip_bytes)
+        if len(rest[:cut].encode("utf-8")) < skip_bytes:
             cut += 1  # The token boundary fell inside a character: start after it.
+        cut += offset
         if cut >= len(window):
-            return ""  # Even the last character alone is over the overlap budget.
+            return "", 0  # Even the last character alone is over the overlap budget.
     absolute = window_start + cut
     at_word_start = absolute == 0 or (text[absolute - 1].isspace() and not text[absolute].isspace())
     if not at_word_start:
@@ -57,10 +69,37 @@ def tail_within(text: str, max_tokens: int) -> str:
             cut = word.start()
         # Without any word start (CJK, a long URL) the character boundary has to do.
     tail = window[cut:]
-    while tail.strip() and count_tokens(tail) > max_tokens:
+    while tail.strip():
+        n = count_tokens(tail)
+        if n <= max_tokens:
+            return tail, n
         following = _WORD_START.search(tail, 1)
         tail = tail[following.start() :] if following else tail[1:]
-    return tail if tail.strip() else ""
+    return "", 0
+
+
+# Text runs about 4 characters a token; from this far before the end there are nearly always
+# enough tokens, and the whole window is tokenized when there are not.
+_CHARS_A_TOKEN_AT_MOST = 6
+
+
+def _clean_start(window: str, max_tokens: int) -> int:
+    """A cut of the window's tokens (`word_cut`, `joins_cleanly`) at least ~max_tokens tokens
+    before its end, near there; or 0."""
+    limit = len(window) - max_tokens * _CHARS_A_TOKEN_AT_MOST
+    i = limit
+    for _ in range(16):
+        i = window.rfind(" ", 1, i)
+        if i < 0:
+            break
+        if word_cut(window, i):
+            return i
+    i = window.rfind("\n", 0, limit)
+    while i > 0:
+        if joins_cleanly(window, i + 1):
+            return i + 1
+        i = window.rfind("\n", 0, i)
+    return 0
 
 
 def breadcrumb(titles: Sequence[str]) -> str:

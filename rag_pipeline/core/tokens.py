@@ -6,7 +6,7 @@ import functools
 
 import tiktoken
 
-__all__ = ["MAX_EMBED_INPUT_TOKENS", "OFFLINE_ENCODING_NAME", "encoding", "count_tokens", "char_index"]
+__all__ = ["MAX_EMBED_INPUT_TOKENS", "OFFLINE_ENCODING_NAME", "encoding", "count_tokens", "char_index", "joins_cleanly", "word_cut"]
 
 # The embeddings API rejects a longer single input; the chunker must stay under it.
 MAX_EMBED_INPUT_TOKENS = 8191
@@ -38,3 +38,26 @@ def count_tokens(text: str) -> int:
 def char_index(text: str, byte_count: int) -> int:
     """Largest str index whose UTF-8 prefix fits in byte_count bytes (never mid-character)."""
     return len(text.encode("utf-8")[:byte_count].decode("utf-8", errors="ignore"))
+
+
+def joins_cleanly(text: str, i: int) -> bool:
+    """Whether cutting `text` at `i` cuts its tokens too: then for any a < i < b,
+    count_tokens(text[a:b]) == count_tokens(text[a:i]) + count_tokens(text[i:b]), and a count can
+    be added up from its parts instead of counted again.
+
+    cl100k cuts text into pieces with a regular expression before its byte-pair merges, and
+    merges never cross a piece. A piece may end with line ends, but none goes on past a line end
+    into a character that is not whitespace; and a text cut there ends in the same pieces (the
+    whitespace run its expression takes up to the end of a text is the run it takes up to the
+    last line end before a word). So both sides of such a cut start new pieces. (str.isspace is
+    the stricter test: it counts U+001C-U+001F as space, the expression does not.)"""
+    return 0 < i < len(text) and text[i - 1] == "\n" and not text[i].isspace()
+
+
+def word_cut(text: str, i: int) -> bool:
+    """Whether text[i] is a space between two letters; then, as for `joins_cleanly`, for any
+    a < i and b > i + 1 the tokens of text[a:b] are those of text[a:i] and of text[i:b].
+
+    The letters before the space end a piece of letters (they never take a space after them),
+    and the space starts the next word's piece (a space goes with the letters after it)."""
+    return 0 < i < len(text) - 1 and text[i] == " " and text[i - 1].isalpha() and text[i + 1].isalpha()

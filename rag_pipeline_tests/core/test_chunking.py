@@ -16,7 +16,7 @@ from rag_pipeline.core.chunking import (
     Chunk,
     chunk_markdown,
 )
-from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens
+from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens, joins_cleanly, word_cut
 from bench.corpus import PageGenerator, render
 
 PROPERTY_SETTINGS = settings(
@@ -193,6 +193,24 @@ def test_token_counts_are_cl100k_and_offline() -> None:
     assert count_tokens("hello world") == 2
     # Special-token strings in a page are ordinary text, not a crash or a single token.
     assert count_tokens("<|endoftext|>") > 1
+
+
+@PROPERTY_SETTINGS
+@given(text=st.one_of(markdown_documents(), st.text(max_size=300), LINE), data=st.data())
+def test_token_counts_add_up_across_the_cuts_the_chunker_adds_them_at(text: str, data: st.DataObject) -> None:
+    cuts = [i for i in range(len(text)) if joins_cleanly(text, i) or word_cut(text, i)]
+    for i in cuts[:25]:
+        a = data.draw(st.integers(0, i - 1))
+        b = data.draw(st.integers(i + (1 if joins_cleanly(text, i) else 2), len(text)))
+        assert count_tokens(text[a:b]) == count_tokens(text[a:i]) + count_tokens(text[i:b]), (text[a:b], i - a)
+
+
+def test_the_cuts_that_add_up_are_only_where_the_tokenizer_cuts() -> None:
+    # Not after a line end before whitespace, nor at a space not between two letters.
+    assert not joins_cleanly("a.\n\nb", 3) and joins_cleanly("a.\n\nb", 4)
+    assert not joins_cleanly("a\n\x1cb", 2) and not joins_cleanly("a\n", 2)
+    assert word_cut("ab cd", 2) and not word_cut("ab  cd", 2) and not word_cut("a1 cd", 2)
+    assert not word_cut("ab c", 1) and not word_cut("ab ", 2)
 
 
 def test_missing_offline_encoding_is_an_error_not_a_download(monkeypatch: pytest.MonkeyPatch) -> None:
