@@ -131,10 +131,21 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         switched = []
         # Slice k+1 is cut while slice k's texts are being embedded (a thread waits on the API):
         # the chunker's CPU and the embedding server's time overlap, instead of adding up.
+        halted: PageFailure | None = None
         for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
-            yield from _stage_all(conn, part, max_tokens, overlap_tokens, retry)
+            if halted is None:
+                yield from _stage_all(conn, part, max_tokens, overlap_tokens, retry)
             if ahead is not None:
                 yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
+                halted, ahead = ahead.halted, None
+            if halted is not None:
+                # The embedding call of a slice failed as a whole (the API away past the embedder's
+                # retries): the pages left wait for their retry too, rather than each slice
+                # spending the embedder's whole retry schedule on an API that is down.
+                for page in part:
+                    if not page.failed:
+                        yield _fail(conn, page, "embeddings", halted, retry)
+                continue
             ahead = _embed_ahead(conn, [p for p in part if not p.failed], embedder_for, active, retry, embedding)
             yield from ahead.refused
         if ahead is not None:
@@ -312,6 +323,7 @@ class _Embedding:
     first_page: dict[bytes, str] = field(default_factory=dict)
     space: spaces.Space | None = None
     answer: Future | None = None
+    halted: PageFailure | None = None   # the call failed as a whole: why
 
 
 def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry, embedding: ThreadPoolExecutor) -> _Embedding:
@@ -386,7 +398,7 @@ def _embedded(conn, order: _Embedding, retry):
             chunk_store.cache_vectors(conn, space, [
                 (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
-        failure = classify(exc)
+        failure = order.halted = classify(exc)
         for page in order.pages:
             failures.add(page.item.page_url)
             yield _fail(conn, page, "embeddings", failure, retry)

@@ -1,5 +1,6 @@
 """A batch goes slice by slice: the next slice is cut while the last one is being embedded, a text
-two slices share is embedded once, and a slice's embedding failure is that slice's alone."""
+two slices share is embedded once, a poisoned input fails its pages alone, and an outage fails the
+rest of the batch at once (each page retried later) instead of once a slice."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from rag_pipeline.core.tokens import count_tokens
 from rag_pipeline.embedders.base import EmbeddingError
 from rag_pipeline.embedders.hash_embedder import HashEmbedder
+from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.ingest import batch_apply, indexing
 from rag_pipeline.ingest.batch_apply import Failed, Staged, Switched
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.ingest.test_batch_sets import apply, connect, deliver, markdown, url
 
 @pytest.fixture(autouse=True)
@@ -85,23 +88,36 @@ def test_a_text_two_slices_share_is_embedded_once_and_paid_by_its_first_page(dat
     assert sum(ledger.values()) == sum(count_tokens(t) for t in sent) > 0
 
 
-def test_an_outage_during_one_slice_fails_its_pages_and_the_next_slice_switches(database_url):
+def test_an_outage_that_outlasts_the_embedders_retries_fails_the_rest_of_the_batch_without_calling_again(
+        database_url):
     def during(call: int) -> None:
-        if call == 1:
-            raise EmbeddingError("embedding API unreachable: connection refused")
+        raise EmbeddingError("embedding API unreachable: connection refused")
 
     embedder = Recorder(during)
     with connect(database_url) as conn:
-        events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(6)}), embedder)
-        outcomes = dict(conn.execute("SELECT page_url, outcome FROM deliveries").fetchall())
-        retry = dict(conn.execute("SELECT page_url, retry_at IS NOT NULL FROM deliveries").fetchall())
-    failed = sorted(e.page_url for e in events if isinstance(e, Failed))
-    assert failed == sorted(url(n) for n in range(3))
-    assert {e.step for e in events if isinstance(e, Failed)} == {"embeddings"}
-    assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(3, 6))
-    # The failed pages wait for a retry on their deliveries; the others are applied.
-    assert {outcomes[url(n)] for n in range(3)} == {"failed"} and all(retry[url(n)] for n in range(3))
-    assert {outcomes[url(n)] for n in range(3, 6)} == {"embedded"}
+        events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(8)}), embedder)
+        rows = conn.execute("SELECT page_url, outcome, retry_at IS NOT NULL, error FROM deliveries").fetchall()
+    assert len(embedder.calls) == 1   # the first slice's call; the later slices wait with it
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert sorted(e.page_url for e in failed) == sorted(url(n) for n in range(8))
+    assert {e.step for e in failed} == {"embeddings"} and all(e.failure.retryable for e in failed)
+    assert not any(isinstance(e, Switched) for e in events)
+    # The second slice was cut before the first one's answer came; the third never was.
+    assert sorted(e.page_url for e in events if isinstance(e, Staged)) == sorted(url(n) for n in range(6))
+    for page_url, outcome, retry_due, error in rows:
+        assert outcome == "failed" and retry_due and "unreachable" in error, page_url
+
+
+def test_a_poisoned_input_in_one_slice_fails_its_pages_alone_and_the_next_slice_switches(database_url):
+    with FakeOpenAI(dimensions=32) as fake:
+        fake.poison("relay 1 ", "Invalid input: refused by the content filter")
+        embedder = OpenAIEmbedder("text-embedding-3-small", 32, api_key="sk-test", base_url=fake.base_url,
+                                  max_retries=0)
+        with connect(database_url) as conn:
+            events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(6)}), embedder)
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert [e.page_url for e in failed] == [url(1)] and not failed[0].failure.retryable
+    assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(6) if n != 1)
 
 
 def test_a_batch_stopped_while_a_slice_is_being_embedded_frees_its_page_locks(database_url):
