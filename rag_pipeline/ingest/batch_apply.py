@@ -22,8 +22,9 @@ of the throughput benchmark) reports each page as soon as it is done.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import psycopg
@@ -115,7 +116,6 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
     Each step handles the whole batch in a few statements; when a step fails as a whole, it is done
     again page by page, so that only the page at fault fails.
     """
-    embedding = ThreadPoolExecutor(1, thread_name_prefix="embedding")
     ahead: _Embedding | None = None
     try:
         work: list[_Page] = []
@@ -146,7 +146,7 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
                     if not page.failed:
                         yield _fail(conn, page, "embeddings", halted, retry)
                 continue
-            ahead = _embed_ahead(conn, [p for p in part if not p.failed], embedder_for, active, retry, embedding)
+            ahead = _embed_ahead(conn, [p for p in part if not p.failed], embedder_for, active, retry)
             yield from ahead.refused
         if ahead is not None:
             yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
@@ -155,9 +155,9 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         # out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
         _release(conn, switched + ([] if rechunk else [p.item.page_url for p in work if p.failed]), batch_key)
     finally:
-        # Stopped part-way (an error, a closed generator): an embedding call still under way is
-        # not waited for; what it was paid for is lost with the run, as it would be without it.
-        embedding.shutdown(wait=ahead is None, cancel_futures=True)
+        # Stopped part-way (an error, a closed generator, the run cancelled): an embedding call
+        # still under way is not waited for (its thread is a daemon, and never touches `conn`);
+        # what it was paid for is lost with the run, as it would be without it.
         _unlock_all(conn)
 
 
@@ -307,10 +307,9 @@ def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Sta
 
 def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, retry) -> Iterator[Switched | Failed]:
     """Embed what the pages lack, then switch them (the `embeddings` step of a backfill run)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="embedding") as embedding:
-        order = _embed_ahead(conn, live, embedder_for, active, retry, embedding)
-        yield from order.refused
-        yield from _switch_slice(conn, order, embedder_for, run_id, retry, [])
+    order = _embed_ahead(conn, live, embedder_for, active, retry)
+    yield from order.refused
+    yield from _switch_slice(conn, order, embedder_for, run_id, retry, [])
 
 
 @dataclass
@@ -326,7 +325,7 @@ class _Embedding:
     halted: PageFailure | None = None   # the call failed as a whole: why
 
 
-def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry, embedding: ThreadPoolExecutor) -> _Embedding:
+def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry) -> _Embedding:
     """Send, in one embedder call (it cuts full requests), every text the active space lacks for
     these pages, without waiting for the answer; `_switch_slice` takes it."""
     order = _Embedding(live)
@@ -347,9 +346,25 @@ def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry, embedding
         return order
     order.missing = [c for h, c in texts.items() if h not in cached]
     if order.missing:
-        order.answer = embedding.submit(embedder.embed, [c.embed_text for c in order.missing],
-                                        [c.token_count for c in order.missing])
+        order.answer = _in_background(embedder.embed, [c.embed_text for c in order.missing],
+                                      [c.token_count for c in order.missing])
     return order
+
+
+def _in_background(call, *args) -> Future:
+    """`call(*args)` in a daemon thread: a run that is cancelled or dies while the API is slow (or
+    the embedder waits out a retry) exits at once, rather than when the call returns."""
+    answer: Future = Future()
+
+    def run() -> None:
+        answer.set_running_or_notify_cancel()
+        try:
+            answer.set_result(call(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, raised there
+            answer.set_exception(exc)
+
+    threading.Thread(target=run, name="embedding", daemon=True).start()
+    return answer
 
 
 def _switch_slice(conn, order: _Embedding, embedder_for, run_id, retry, switched: list[str]) -> Iterator[Switched | Failed]:
