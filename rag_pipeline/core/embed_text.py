@@ -44,8 +44,8 @@ def counted_tail(text: str, max_tokens: int) -> tuple[str, int]:
     # A bounded window: the overlap is short, the previous chunk may not be.
     window_start = max(0, len(text) - (max_tokens * 16 + 64))
     window = text[window_start:]
-    # Only the window's last tokens matter: tokenize from a line end nearer its end, where the
-    # window's tokens are cut too (`joins_cleanly`), when that still leaves enough of them.
+    # Only the window's last tokens matter: tokenize from a cut nearer its end where the window's
+    # tokens are cut too (`word_cut`, `joins_cleanly`), when that still leaves enough of them.
     offset = _clean_start(window, max_tokens)
     tokens = enc.encode_ordinary(window[offset:])
     if offset and len(tokens) < max_tokens:
@@ -87,6 +87,8 @@ def _clean_start(window: str, max_tokens: int) -> int:
     """A cut of the window's tokens (`word_cut`, `joins_cleanly`) at least ~max_tokens tokens
     before its end, near there; or 0."""
     limit = len(window) - max_tokens * _CHARS_A_TOKEN_AT_MOST
+    if limit < 2:
+        return 0   # (a negative bound would count from the end)
     i = limit
     for _ in range(16):
         i = window.rfind(" ", 1, i)
