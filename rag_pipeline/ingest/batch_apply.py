@@ -22,17 +22,14 @@ of the throughput benchmark) reports each page as soon as it is done.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import psycopg
 
-from rag_pipeline.core.batch_sizing import CHARS_PER_TOKEN, SLICE_PAGES, SLICE_TOKENS, WorkItem, apportion, slices
+from rag_pipeline.core.batch_sizing import CHARS_PER_TOKEN, SLICE_PAGES, SLICE_TOKENS, WorkItem, slices
 from rag_pipeline.core.urls import page_id
-from rag_pipeline.embedders.base import IncompleteEmbeddingError, PoisonedInputError
-from rag_pipeline.ingest import indexing, vector_cache
+from rag_pipeline.ingest import indexing, shared_embedding
 from rag_pipeline.ingest.failures import PageFailure, classify
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, pages, spaces
@@ -314,57 +311,26 @@ def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, ret
 
 @dataclass
 class _Embedding:
-    """The texts some pages lack, sent to the embedder in a thread; what is known before it answers."""
+    """A slice's pages, and the embedding call they share (`shared_embedding`)."""
 
     pages: list[_Page]
+    sent: shared_embedding.Sent | None = None
     refused: list[Failed] = field(default_factory=list)   # failed before any request (the space, the cache)
-    missing: list[chunk_store.StagedChunk] = field(default_factory=list)
-    first_page: dict[bytes, str] = field(default_factory=dict)
-    space: spaces.Space | None = None
-    answer: Future | None = None
     halted: PageFailure | None = None   # the call failed as a whole: why
+
+    def staged(self) -> dict[str, list[chunk_store.StagedChunk]]:
+        return {p.item.page_url: p.staged or [] for p in self.pages}
 
 
 def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry) -> _Embedding:
-    """Send, in one embedder call (it cuts full requests), every text the active space lacks for
-    these pages, without waiting for the answer; `_switch_slice` takes it."""
+    """Send what the pages lack without waiting for the answer; `_switch_slice` takes it."""
     order = _Embedding(live)
-    texts: dict[bytes, chunk_store.StagedChunk] = {}
-    for page in live:
-        for chunk in page.staged or []:
-            texts.setdefault(chunk.embed_hash, chunk)
-            order.first_page.setdefault(chunk.embed_hash, page.item.page_url)
-    if not texts:
-        return order
     try:
-        embedder = embedder_for(active)
-        order.space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
-        cached = chunk_store.cached_hashes(conn, order.space, list(texts))
+        order.sent = shared_embedding.send(conn, order.staged(), embedder_for, active)
     except Exception as exc:  # noqa: BLE001 - the embedder or the database away: every page waits for a retry
         failure = classify(exc)
         order.refused = [_fail(conn, page, "embeddings", failure, retry) for page in live]
-        return order
-    order.missing = [c for h, c in texts.items() if h not in cached]
-    if order.missing:
-        order.answer = _in_background(embedder.embed, [c.embed_text for c in order.missing],
-                                      [c.token_count for c in order.missing])
     return order
-
-
-def _in_background(call, *args) -> Future:
-    """`call(*args)` in a daemon thread: a run that is cancelled or dies while the API is slow (or
-    the embedder waits out a retry) exits at once, rather than when the call returns."""
-    answer: Future = Future()
-
-    def run() -> None:
-        answer.set_running_or_notify_cancel()
-        try:
-            answer.set_result(call(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, raised there
-            answer.set_exception(exc)
-
-    threading.Thread(target=run, name="embedding", daemon=True).start()
-    return answer
 
 
 def _switch_slice(conn, order: _Embedding, embedder_for, run_id, retry, switched: list[str]) -> Iterator[Switched | Failed]:
@@ -391,54 +357,25 @@ def _switch_slice(conn, order: _Embedding, embedder_for, run_id, retry, switched
 
 
 def _embedded(conn, order: _Embedding, retry):
-    """The answer to `_embed_ahead`'s call, cached; each page's prepaid share, and the pages that
-    failed here."""
+    """The slice's answer, cached; each page's prepaid share, and the pages that failed here."""
     failures: set[str] = set()
-    prepaid: dict[str, indexing.Prepaid] = {}
-    if order.answer is None:
-        return prepaid, failures
-    missing, space = order.missing, order.space
+    if order.sent is None:
+        return {}, failures
     try:
-        try:
-            result = order.answer.result()
-            vectors, bad, spent = result.vectors, {}, result
-        except PoisonedInputError as exc:
-            vectors, spent = exc.vectors, exc
-            bad = {missing[i].embed_hash: exc.reasons.get(i, exc.reason) for i in exc.indices}
-        except IncompleteEmbeddingError as exc:
-            # The API went away part-way: what it did embed is kept, the pages wait for a retry.
-            vector_cache.keep_paid(conn, space, [(c.embed_hash, c.token_count) for c in missing], exc)
-            raise
-        with conn.transaction():
-            chunk_store.cache_vectors(conn, space, [
-                (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
+        received = shared_embedding.receive(conn, order.sent, order.staged())
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
         failure = order.halted = classify(exc)
         for page in order.pages:
             failures.add(page.item.page_url)
             yield _fail(conn, page, "embeddings", failure, retry)
-        return prepaid, failures
+        return {}, failures
     for page in order.pages:
-        refused = sorted({bad[c.embed_hash] for c in page.staged or [] if c.embed_hash in bad})
-        if refused:
+        reason = received.refused.get(page.item.page_url)
+        if reason is not None:
             failures.add(page.item.page_url)
-            reason = f"the embedding server refused a chunk of this page: {refused[0]}"
-            yield _fail(conn, page, "embeddings", PageFailure(reason, retryable=False), retry)
-    # Each text's cost goes to the first page that needed it, so the ledger adds up to the bill.
-    embedded = [c for c in missing if c.embed_hash not in bad]
-    owners = [order.first_page[c.embed_hash] for c in embedded]
-    weights = [c.token_count for c in embedded]
-    tokens = apportion(spent.tokens, weights)
-    requests = apportion(spent.requests, weights)
-    truncated = apportion(getattr(spent, "truncated", 0), weights)
-    # The ledger takes whole requests (they add up to the bill); the page's own figure is its share.
-    total_weight = sum(weights) or 1
-    for owner, chunk, t, r, tr, w in zip(owners, embedded, tokens, requests, truncated, weights):
-        share = prepaid.get(owner, indexing.Prepaid())
-        prepaid[owner] = indexing.Prepaid(share.hashes | {chunk.embed_hash}, share.tokens + t,
-                                          share.requests + r, share.truncated + tr,
-                                          share.request_share + spent.requests * w / total_weight)
-    return prepaid, failures
+            yield _fail(conn, page, "embeddings", PageFailure(
+                f"the embedding server refused a chunk of this page: {reason}", retryable=False), retry)
+    return received.prepaid, failures
 
 
 def _switch(conn, page: _Page, embedder_for, prepaid: indexing.Prepaid, run_id, retry) -> Event:
