@@ -265,7 +265,8 @@ def _span_tokens(text: str, units: Sequence[_Unit], lo: int, hi: int, end: int) 
         total += units[k].tokens
     if whole:
         return total
-    if last.start >= end or (hi - 1 > lo and not joins_cleanly(text, last.start)):
+    if last.start >= end or (hi - 1 > lo and not (units[hi - 2].end == last.start
+                                                  and joins_cleanly(text, last.start))):
         return count_tokens(text[units[lo].start : end])
     # The last unit cut short (its trailing blank lines): its count, less what follows its last
     # word cut, plus what follows that cut up to `end`.

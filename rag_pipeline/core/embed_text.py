@@ -31,13 +31,9 @@ def prefix_within(text: str, max_tokens: int) -> str:
 _WORD_START = re.compile(r"(?<=\s)\S")
 
 
-def tail_within(text: str, max_tokens: int) -> str:
-    """About max_tokens tokens from the end of text, starting at a word when there is one."""
-    return counted_tail(text, max_tokens)[0]
-
-
 def counted_tail(text: str, max_tokens: int) -> tuple[str, int]:
-    """`tail_within`, and its tokens."""
+    """About max_tokens tokens from the end of text, starting at a word when there is one; and
+    how many tokens that is."""
     if max_tokens <= 0 or not text.strip():
         return "", 0
     enc = encoding()

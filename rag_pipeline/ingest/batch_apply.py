@@ -3,11 +3,11 @@
 A Dagster run costs seconds and a page milliseconds, so one run applies many pages; and a
 statement costs more than a page's share of a set statement, so each step takes the whole batch
 at once (`indexing.take_newest_deliveries`, `stage_many`, `switch_many`: one switch transaction
-for all its pages, each page still switched once). A step that fails as a whole is done again
+for all the pages of a slice, each page still switched once). A step that fails as a whole is done again
 page by page, so one page's failure is recorded on its own delivery (retried later or not, by
 `failures.classify`) without stopping or rolling back the others. The embedding is shared too:
-the texts every page needs are sent together, in full requests, and a poisoned input fails only
-the pages that contain it.
+the texts every page of a slice needs are sent together, in full requests, and a poisoned input
+fails only the pages that contain it.
 
 After the sources, a batch goes slice by slice (`batch_sizing.slices`: about one full request of
 text each), and a slice is chunked and staged while the one before it is being embedded, in a
@@ -110,8 +110,8 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
     (max, overlap) tokens for the active space. The connection must not be in a transaction; the
     per-page advisory locks it takes are released before this returns.
 
-    Each step handles the whole batch in a few statements; when a step fails as a whole, it is done
-    again page by page, so that only the page at fault fails.
+    Each step handles a whole slice (the sources: the whole batch) in a few statements; when a step
+    fails as a whole, it is done again page by page, so that only the page at fault fails.
     """
     ahead: _Embedding | None = None
     try:
@@ -128,13 +128,16 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         switched = []
         # Slice k+1 is cut while slice k's texts are being embedded (a thread waits on the API):
         # the chunker's CPU and the embedding server's time overlap, instead of adding up.
-        halted: PageFailure | None = None
+        halted: PageFailure | None = None   # for the pages of the slices after a failed call
         for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
             if halted is None:
                 yield from _stage_all(conn, part, max_tokens, overlap_tokens, retry)
             if ahead is not None:
                 yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
-                halted, ahead = ahead.halted, None
+                if ahead.halted is not None:   # never sent, so tried again whatever failed that call
+                    halted = PageFailure(f"not sent: an earlier slice's embedding call failed: "
+                                         f"{ahead.halted.reason}", retryable=True)
+                ahead = None
             if halted is not None:
                 # The embedding call of a slice failed as a whole (the API away past the embedder's
                 # retries): the pages left wait for their retry too, rather than each slice

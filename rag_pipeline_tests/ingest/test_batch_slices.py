@@ -106,6 +106,9 @@ def test_an_outage_that_outlasts_the_embedders_retries_fails_the_rest_of_the_bat
     assert sorted(e.page_url for e in events if isinstance(e, Staged)) == sorted(url(n) for n in range(6))
     for page_url, outcome, retry_due, error in rows:
         assert outcome == "failed" and retry_due and "unreachable" in error, page_url
+        # The pages whose texts were never sent say so, and are tried again whatever the first
+        # call's failure was.
+        assert ("not sent" in error) == (page_url not in {url(n) for n in range(3)}), (page_url, error)
 
 
 def test_a_poisoned_input_in_one_slice_fails_its_pages_alone_and_the_next_slice_switches(database_url):
@@ -121,9 +124,10 @@ def test_a_poisoned_input_in_one_slice_fails_its_pages_alone_and_the_next_slice_
 
 
 def test_a_batch_stopped_while_a_slice_is_being_embedded_frees_its_page_locks(database_url):
-    release = threading.Event()
+    release, called = threading.Event(), threading.Event()
 
     def during(call: int) -> None:
+        called.set()
         release.wait(30)
 
     embedder = Recorder(during)
@@ -136,7 +140,7 @@ def test_a_batch_stopped_while_a_slice_is_being_embedded_frees_its_page_locks(da
         for event in events:
             if isinstance(event, Staged) and event.page_url == url(3):
                 break
-        assert len(embedder.calls) == 1
+        assert called.wait(30) and len(embedder.calls) == 1
         assert page_locks(other, conn) == 6
         events.close()   # the run stops here; the call under way is not waited for
         locked = page_locks(other, conn)
