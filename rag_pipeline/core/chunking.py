@@ -260,13 +260,12 @@ def _span_tokens(text: str, units: Sequence[_Unit], lo: int, hi: int, end: int) 
     whole = end == last.end
     total = 0
     for k in range(lo, hi if whole else hi - 1):
-        if k > lo and not (units[k - 1].end == units[k].start and joins_cleanly(text, units[k].start)):
+        if k > lo and not _joins_cleanly_before(text, units, k):
             return count_tokens(text[units[lo].start : end])
         total += units[k].tokens
     if whole:
         return total
-    if last.start >= end or (hi - 1 > lo and not (units[hi - 2].end == last.start
-                                                  and joins_cleanly(text, last.start))):
+    if last.start >= end or (hi - 1 > lo and not _joins_cleanly_before(text, units, hi - 1)):
         return count_tokens(text[units[lo].start : end])
     # The last unit cut short (its trailing blank lines): its count, less what follows its last
     # word cut, plus what follows that cut up to `end`.
@@ -274,6 +273,10 @@ def _span_tokens(text: str, units: Sequence[_Unit], lo: int, hi: int, end: int) 
     if cut is None:
         return total + count_tokens(text[last.start : end])
     return total + last.tokens - count_tokens(text[cut : last.end]) + count_tokens(text[cut:end])
+
+
+def _joins_cleanly_before(text: str, units: Sequence[_Unit], k: int) -> bool:
+    return units[k - 1].end == units[k].start and joins_cleanly(text, units[k].start)
 
 
 def _last_word_cut(text: str, start: int, end: int) -> int | None:

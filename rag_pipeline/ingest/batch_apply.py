@@ -126,8 +126,7 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         if not rechunk:
             yield from _take_sources(conn, work, max_page_bytes, retry)
         switched = []
-        # Slice k+1 is cut while slice k's texts are being embedded (a thread waits on the API):
-        # the chunker's CPU and the embedding server's time overlap, instead of adding up.
+        # Slice k+1 is cut while slice k is embedded in a thread: the chunker and the API overlap.
         halted: PageFailure | None = None   # for the pages of the slices after a failed call
         for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
             if halted is None:
@@ -320,16 +319,17 @@ class _Embedding:
     sent: shared_embedding.Sent | None = None
     refused: list[Failed] = field(default_factory=list)   # failed before any request (the space, the cache)
     halted: PageFailure | None = None   # the call failed as a whole: why
+    staged: dict[str, list[chunk_store.StagedChunk]] = field(init=False)
 
-    def staged(self) -> dict[str, list[chunk_store.StagedChunk]]:
-        return {p.item.page_url: p.staged or [] for p in self.pages}
+    def __post_init__(self) -> None:
+        self.staged = {p.item.page_url: p.staged or [] for p in self.pages}
 
 
 def _embed_ahead(conn, live: list[_Page], embedder_for, active, retry) -> _Embedding:
     """Send what the pages lack without waiting for the answer; `_switch_slice` takes it."""
     order = _Embedding(live)
     try:
-        order.sent = shared_embedding.send(conn, order.staged(), embedder_for, active)
+        order.sent = shared_embedding.send(conn, order.staged, embedder_for, active)
     except Exception as exc:  # noqa: BLE001 - the embedder or the database away: every page waits for a retry
         failure = classify(exc)
         order.refused = [_fail(conn, page, "embeddings", failure, retry) for page in live]
@@ -365,7 +365,7 @@ def _embedded(conn, order: _Embedding, retry):
     if order.sent is None:
         return {}, failures
     try:
-        received = shared_embedding.receive(conn, order.sent, order.staged())
+        received = shared_embedding.receive(conn, order.sent, order.staged)
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
         failure = order.halted = classify(exc)
         for page in order.pages:
