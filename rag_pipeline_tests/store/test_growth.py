@@ -15,10 +15,14 @@ from rag_pipeline.store.prune_policy import Policy
 
 
 def ledger_row(conn, space_id: int, days_ago: float, tokens: int, run_id: str = "r") -> None:
+    """A row recorded now (``days_ago`` 0), or ``days_ago`` before today's UTC noon, so which UTC day
+    a row falls on does not depend on the hour the test runs."""
+    now = datetime.now(UTC)
+    at = now if days_ago == 0 else now.replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=days_ago)
     conn.execute(
         "INSERT INTO embedding_ledger (run_id, page_url, space_id, chunks_total, chunks_embedded, tokens_embedded,"
-        " tokens_reused, requests, recorded_at) VALUES (%s, 'https://example.com/p', %s, 3, 1, %s, 7, 1,"
-        " now() - make_interval(secs => %s))", (run_id, space_id, tokens, days_ago * 86_400))
+        " tokens_reused, requests, recorded_at) VALUES (%s, 'https://example.com/p', %s, 3, 1, %s, 7, 1, %s)",
+        (run_id, space_id, tokens, at))
 
 
 def table_exists(conn, space_id: int) -> bool:
