@@ -1,13 +1,13 @@
 """A batch of changed pages applied in one pass, each page as a page run applies it.
 
-A Dagster run costs seconds and a page milliseconds, so one run applies many pages; and a
-statement costs more than a page's share of a set statement, so each step takes the whole batch
-at once (`indexing.take_newest_deliveries`, `stage_many`, `switch_many`: one switch transaction
-for all the pages of a slice, each page still switched once). A step that fails as a whole is done again
-page by page, so one page's failure is recorded on its own delivery (retried later or not, by
-`failures.classify`) without stopping or rolling back the others. The embedding is shared too:
-the texts every page of a slice needs are sent together, in full requests, and a poisoned input
-fails only the pages that contain it.
+A Dagster run costs seconds and a page milliseconds, so one run applies many pages; and a statement
+costs more than a page's share of a set statement, so each step takes the whole batch at once
+(`indexing.take_newest_deliveries`, `stage_many`, `switch_many`: one switch transaction for all the
+pages of a slice, each page still switched once). A step that fails as a whole is done again page
+by page, so one page's failure is recorded on its own delivery (retried later or not, by
+`failures.classify`) without stopping or rolling back the others. The embedding is shared too: the
+texts every page of a slice needs are sent together, in full requests, and a poisoned input fails
+only the pages that contain it.
 
 After the sources, a batch goes slice by slice (`batch_sizing.slices`: about one full request of
 text each), and a slice is chunked and staged while the one before it is being embedded, in a
@@ -32,7 +32,7 @@ from rag_pipeline.core.urls import page_id
 from rag_pipeline.ingest import indexing, shared_embedding
 from rag_pipeline.ingest.failures import PageFailure, classify
 from rag_pipeline.store import chunks as chunk_store
-from rag_pipeline.store import deliveries, pages, spaces
+from rag_pipeline.store import db, deliveries, pages, spaces
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +107,12 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
 
     ``batch_key`` names the lease the sensor took on these pages (None: no lease, a batch started
     by hand); a page whose lease another batch holds now is skipped. ``chunk_budget(space)`` gives
-    (max, overlap) tokens for the active space. The connection must not be in a transaction; the
-    per-page advisory locks it takes are released before this returns.
+    (max, overlap) tokens for the active space. The per-page advisory locks are released on return.
 
     Each step handles a whole slice (the sources: the whole batch) in a few statements; when a step
     fails as a whole, it is done again page by page, so that only the page at fault fails.
     """
+    db.require_autocommit(conn, "a batch")   # its steps commit as they go, and a thread writes beside it
     ahead: _Embedding | None = None
     try:
         work: list[_Page] = []
@@ -156,7 +156,7 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
     finally:
         # Stopped part-way (an error, a closed generator, the run cancelled): an embedding call
         # still under way is not waited for (its thread is a daemon, and never touches `conn`);
-        # what it was paid for is lost with the run, as it would be without it.
+        # it caches what it paid for on a connection of its own, if the process lives that long.
         _unlock_all(conn)
 
 
@@ -365,7 +365,7 @@ def _embedded(conn, order: _Embedding, retry):
     if order.sent is None:
         return {}, failures
     try:
-        received = shared_embedding.receive(conn, order.sent, order.staged)
+        received = shared_embedding.receive(order.sent, order.staged)
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
         failure = order.halted = classify(exc)
         for page in order.pages:

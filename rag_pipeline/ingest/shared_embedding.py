@@ -1,6 +1,8 @@
 """The embedding the pages of a slice share: every text the active space lacks, sent in one
-embedder call (it cuts full requests) from a thread of its own while the caller goes on; then the
-vectors cached, and each page charged its share of the bill.
+embedder call (it cuts full requests) from a thread of its own while the caller goes on. That
+thread caches the vectors the moment they are paid for, on a connection of its own (the caller's
+may be in a transaction then): a run killed before its switch has not paid for nothing. Then each
+page is charged its share of the bill.
 
 Nothing here records a page's failure: `batch_apply` does, from what `send` raises (nothing was
 sent) and what `receive` raises (the call failed as a whole) or reports (inputs refused)."""
@@ -8,17 +10,17 @@ sent) and what `receive` raises (the call failed as a whole) or reports (inputs 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import psycopg
 
 from rag_pipeline.core.batch_sizing import apportion
-from rag_pipeline.embedders.base import IncompleteEmbeddingError, PoisonedInputError
-from rag_pipeline.ingest import indexing, vector_cache
+from rag_pipeline.embedders.base import EmbedResult, Embedder, PartialEmbeddingError, PoisonedInputError
+from rag_pipeline.ingest import indexing
 from rag_pipeline.store import chunks as chunk_store
-from rag_pipeline.store import spaces
+from rag_pipeline.store import db, spaces
 
 
 @dataclass
@@ -54,32 +56,40 @@ def send(conn: psycopg.Connection, staged: Mapping[str, Sequence[chunk_store.Sta
     cached = chunk_store.cached_hashes(conn, sent.space, list(texts))
     sent.missing = [c for h, c in texts.items() if h not in cached]
     if sent.missing:
-        sent.answer = _in_background(embedder.embed, [c.embed_text for c in sent.missing],
-                                     [c.token_count for c in sent.missing])
+        sent.answer = _in_background(_embed_and_cache, embedder, sent.missing, sent.space, db.opener(conn))
     return sent
 
 
-def receive(conn: psycopg.Connection, sent: Sent, staged: Mapping[str, Sequence[chunk_store.StagedChunk]]
-            ) -> Received:
-    """Wait for the answer and cache its vectors; raises if the call failed as a whole (what it
-    did pay for is kept)."""
+def _embed_and_cache(embedder: Embedder, missing: list[chunk_store.StagedChunk], space: spaces.Space,
+                     connect: Callable[[], psycopg.Connection]) -> EmbedResult:
+    """The call, and its vectors cached (also what a call that failed part-way did pay for)."""
+    failed: PartialEmbeddingError | None = None
+    try:
+        result = embedder.embed([c.embed_text for c in missing], [c.token_count for c in missing])
+        paid = dict(enumerate(result.vectors))
+    except PartialEmbeddingError as exc:
+        failed, paid = exc, exc.good_vectors()
+    if paid:
+        with connect() as conn, conn.transaction():
+            chunk_store.cache_vectors(conn, space, [(missing[i].embed_hash, v, missing[i].token_count)
+                                                    for i, v in paid.items()])
+    if failed is not None:
+        raise failed
+    return result
+
+
+def receive(sent: Sent, staged: Mapping[str, Sequence[chunk_store.StagedChunk]]) -> Received:
+    """Wait for the answer (its vectors cached); raises if the call failed as a whole (what it did
+    pay for is cached too)."""
     received = Received()
     if sent.answer is None:
         return received
     missing = sent.missing
     try:
-        result = sent.answer.result()
-        vectors, bad, spent = result.vectors, {}, result
+        spent, bad = sent.answer.result(), {}
     except PoisonedInputError as exc:
-        vectors, spent = exc.vectors, exc
+        spent = exc
         bad = {missing[i].embed_hash: exc.reasons.get(i, exc.reason) for i in exc.indices}
-    except IncompleteEmbeddingError as exc:
-        # The API went away part-way: what it did embed is kept, the pages wait for a retry.
-        vector_cache.keep_paid(conn, sent.space, [(c.embed_hash, c.token_count) for c in missing], exc)
-        raise
-    with conn.transaction():
-        chunk_store.cache_vectors(conn, sent.space, [
-            (c.embed_hash, v, c.token_count) for c, v in zip(missing, vectors) if v is not None])
     for url, chunks in staged.items():
         reasons = sorted({bad[c.embed_hash] for c in chunks if c.embed_hash in bad})
         if reasons:

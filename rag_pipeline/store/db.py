@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import quote, urlencode
 
 import psycopg
@@ -196,6 +196,19 @@ def _configure(conn: psycopg.Connection) -> None:
 
     conn.autocommit = True
     register_vector(conn)
+
+
+def opener(conn: psycopg.Connection) -> Callable[[], psycopg.Connection]:
+    """How to open another connection like ``conn`` (its server, database and user, set up as the
+    pool's are), for a thread's work beside it: a connection holds one transaction at a time."""
+    dsn, password = conn.info.dsn, conn.info.password
+
+    def open_() -> psycopg.Connection:
+        other = psycopg.connect(dsn, password=password, connect_timeout=10)
+        _configure(other)
+        return other
+
+    return open_
 
 
 def server_is_local(conn: psycopg.Connection) -> bool:

@@ -50,7 +50,8 @@ class CountingCursor(psycopg.Cursor):
 
 
 def connect(database_url: str, **kwargs) -> psycopg.Connection:
-    conn = psycopg.connect(database_url, **kwargs)
+    """As the pool's connections are: autocommit, vectors registered."""
+    conn = psycopg.connect(database_url, autocommit=True, **kwargs)
     register_vector(conn)
     return conn
 

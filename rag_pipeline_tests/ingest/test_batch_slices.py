@@ -156,3 +156,28 @@ def page_locks(observer, conn) -> int:
     return observer.execute(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s AND classid = %s AND objsubid = 2",
         (conn.info.backend_pid, batch_apply.PAGE_LOCK_CLASS)).fetchone()[0]
+
+
+def test_what_a_call_paid_for_is_cached_though_the_run_stops_before_its_switch(database_url):
+    """The thread that made the call caches its vectors: a run killed while it cuts the next slice
+    does not pay for the same texts again on its retry."""
+    embedder = Recorder()
+    with connect(database_url) as conn:
+        work = deliver(conn, {url(n): markdown(n) for n in range(6)})
+        events = batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
+                                         chunk_budget=lambda _space: (512, 64), max_page_bytes=1_000_000,
+                                         retry=batch_apply.RetryPolicy(3, 1.0))
+        for event in events:   # up to the second slice's chunks: the first slice's call was sent
+            if isinstance(event, Staged) and event.page_url == url(3):
+                break
+        for thread in [t for t in threading.enumerate() if t.name == "embedding"]:
+            thread.join(30)
+        events.close()   # the run stops before the first slice's answer was taken
+        assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0   # nothing switched
+        cached = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+        assert len(embedder.calls) == 1 and cached == len(set(embedder.calls[0])) > 0
+
+        again = Recorder()   # the retry: the same pages, the first slice's texts all cached
+        events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(6)}), again)
+    assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(6))
+    assert not set(embedder.calls[0]) & {text for call in again.calls for text in call}
