@@ -7,7 +7,8 @@ against built once afterwards.
          ef_construction=64, max_parallel_maintenance_workers 1) with each memory of --memories;
          `auto` is core/build_memory.py's size for N vectors. pgvector's notice when the graph
          stops fitting is printed with the tuples it held.
-  ef     With --ef-constructions (e.g. 64,40,32; at least 2 x m = 32): the same vectors indexed with `auto` memory and
+  ef     With --ef-constructions (e.g. 64,40,32; at least 2 x m = 32) and --types (vector, halfvec: the
+         float32 vectors indexed by their half-precision cast): the same vectors indexed with `auto` memory and
          each ef_construction in turn (pgvector's default is 64), each build timed and its recall@10
          measured against an exact scan for --queries random query vectors (hnsw.ef_search at
          pgvector's default 40). On uniformly random vectors every neighbour is about as far as
@@ -22,7 +23,7 @@ against built once afterwards.
 
 The last line is
 `INDEX_BUILDS hnsw_vectors=… hnsw_small_s=… hnsw_auto_s=… gin_kept_s=… gin_after_s=… gin_wal_ratio=…`,
-and with --ef-constructions ` ef=<ef_construction>:<build s>:<recall@10>,…`.
+and with --ef-constructions ` ef=<ef_construction>[h]:<build s>:<recall@10>,…` (h: halfvec).
 
     .venv/bin/python bench/index_builds.py                                   # 50,000 vectors; ~5 min
     .venv/bin/python bench/index_builds.py --vectors 743000 --memories auto  # the 100,000-page load's
@@ -79,7 +80,7 @@ def write_vectors(conn, vectors: int, dims: int, clusters: int, seed: int):
 
 
 def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[int], queries: int,
-                seed: int, clusters: int) -> tuple[dict[str, float], dict[int, tuple[float, float]]]:
+                seed: int, clusters: int, types: list[str]) -> tuple[dict[str, float], dict[tuple[str, int], tuple[float, float]]]:
     conn.execute(f"CREATE TABLE bench_vectors (id int, embedding vector({dims}))")
     started = time.monotonic()
     centroids = write_vectors(conn, vectors, dims, clusters, seed)
@@ -97,14 +98,16 @@ def hnsw_builds(conn, vectors: int, dims: int, memories: list[str], efs: list[in
         size = conn.execute("SELECT pg_size_pretty(pg_relation_size('bench_vectors_hnsw'))").fetchone()[0]
         print(f"hnsw: maintenance_work_mem {memory} ({granted}): built in {took[memory]:.1f} s, index {size}", flush=True)
         conn.execute("DROP INDEX bench_vectors_hnsw")
-    quality = ef_builds(conn, vectors, dims, efs, queries, seed, centroids) if efs else {}
+    quality = ef_builds(conn, vectors, dims, efs, queries, seed, centroids, types) if efs else {}
     conn.execute("DROP TABLE bench_vectors")
     return took, quality
 
 
 def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed: int,
-              centroids) -> dict[int, tuple[float, float]]:
-    """Each ef_construction: (build seconds, recall@10 against the exact top 10)."""
+              centroids, types: list[str]) -> dict[tuple[str, int], tuple[float, float]]:
+    """Each index type (`vector`, or `halfvec`: the float32 vectors indexed by their half-precision
+    cast, as spaces over 2,000 dims are) and ef_construction: (build seconds, recall@10 against the
+    exact float32 top 10)."""
     import numpy as np
     rng = np.random.default_rng(seed + 1)
     probes = [rng.random(dims, dtype=np.float32) - 0.5 for _ in range(queries)]
@@ -117,20 +120,24 @@ def ef_builds(conn, vectors: int, dims: int, efs: list[int], queries: int, seed:
     conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (auto_memory(conn, vectors, dims),))
     conn.execute("SET max_parallel_maintenance_workers = 1")
     quality = {}
-    for ef in efs:
-        started = time.monotonic()
-        conn.execute(f"CREATE INDEX CONCURRENTLY bench_vectors_hnsw ON bench_vectors USING hnsw (embedding vector_cosine_ops)"
-                     f" WITH (ef_construction = {int(ef)})")
-        took = time.monotonic() - started
-        found = [{r[0] for r in conn.execute(top, (str(p.tolist()),))} for p in probes]
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + top, (str(probes[0].tolist()),)))
-        if "bench_vectors_hnsw" not in plan:
-            raise RuntimeError(f"the recall queries did not use the HNSW index:\n{plan}")
-        recall = sum(len(f & e) for f, e in zip(found, exact)) / (10 * len(probes))
-        quality[ef] = (took, recall)
-        print(f"hnsw: ef_construction {ef}: built in {took:.1f} s, recall@10 {recall:.3f} over {len(probes)} "
-              f"queries (ef_search 40)", flush=True)
-        conn.execute("DROP INDEX bench_vectors_hnsw")
+    for kind in types:
+        cast = "" if kind == "vector" else f"::halfvec({dims})"
+        indexed = f"SELECT id FROM bench_vectors ORDER BY embedding{cast} <=> %s{cast or '::vector'} LIMIT 10"
+        for ef in efs:
+            started = time.monotonic()
+            conn.execute(f"CREATE INDEX CONCURRENTLY bench_vectors_hnsw ON bench_vectors USING hnsw"
+                         f" ((embedding{cast}) {kind}_cosine_ops) WITH (ef_construction = {int(ef)})")
+            took = time.monotonic() - started
+            found = [{r[0] for r in conn.execute(indexed, (str(p.tolist()),))} for p in probes]
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + indexed, (str(probes[0].tolist()),)))
+            if "bench_vectors_hnsw" not in plan:
+                raise RuntimeError(f"the recall queries did not use the HNSW index:\n{plan}")
+            recall = sum(len(f & e) for f, e in zip(found, exact)) / (10 * len(probes))
+            quality[(kind, ef)] = (took, recall)
+            size = conn.execute("SELECT pg_size_pretty(pg_relation_size('bench_vectors_hnsw'))").fetchone()[0]
+            print(f"hnsw: {kind} ef_construction {ef}: built in {took:.1f} s, index {size}, recall@10 {recall:.3f}"
+                  f" over {len(probes)} queries (ef_search 40)", flush=True)
+            conn.execute("DROP INDEX bench_vectors_hnsw")
     return quality
 
 
@@ -180,6 +187,8 @@ def main() -> int:
     parser.add_argument("--dims", type=int, default=256)
     parser.add_argument("--memories", default="16MB,auto", help="maintenance_work_mem of each HNSW build")
     parser.add_argument("--ef-constructions", default="", help="e.g. 64,40,32: a build and its recall for each")
+    parser.add_argument("--types", default="vector",
+                        help="index types for the ef builds: vector, halfvec (the vectors' half-precision cast)")
     parser.add_argument("--queries", type=int, default=200, help="random queries for the recall of each ef build")
     parser.add_argument("--clusters", type=int, default=0,
                         help="vectors around this many random centres (0: uniform; recall needs clusters)")
@@ -193,8 +202,11 @@ def main() -> int:
         efs = [int(e) for e in args.ef_constructions.split(",") if e.strip()]
         if any(ef < 32 for ef in efs):   # pgvector: ef_construction >= 2 * m, and m is 16
             parser.error("each --ef-constructions value must be at least 32 (2 x pgvector's m=16)")
+        types = [t.strip() for t in args.types.split(",") if t.strip()]
+        if set(types) - {"vector", "halfvec"}:
+            parser.error("--types takes vector and halfvec")
         hnsw, quality = hnsw_builds(conn, args.vectors, args.dims, memories, efs, args.queries, args.seed,
-                                     args.clusters)
+                                     args.clusters, types)
         kept = after = kept_wal = after_wal = float("nan")
         if args.gin_pages:   # --gin-pages 0: the HNSW builds alone
             batches = corpus_chunks(args.gin_pages, args.seed)
@@ -208,7 +220,8 @@ def main() -> int:
     small = hnsw.get(memories[0], float("nan"))
     print(f"INDEX_BUILDS hnsw_vectors={args.vectors} hnsw_small_s={small:.1f} hnsw_auto_s={hnsw.get(AUTO, float('nan')):.1f} "
           f"gin_kept_s={kept:.1f} gin_after_s={after:.1f} gin_wal_ratio={kept_wal / max(after_wal, 1):.2f}"
-          + (" ef=" + ",".join(f"{ef}:{t:.1f}:{r:.3f}" for ef, (t, r) in quality.items()) if quality else ""))
+          + (" ef=" + ",".join(f"{ef}{'' if kind == 'vector' else 'h'}:{t:.1f}:{r:.3f}" for (kind, ef), (t, r)
+                               in quality.items()) if quality else ""))
     return 0
 
 
