@@ -365,7 +365,7 @@ def _embedded(conn, order: _Embedding, retry):
     if order.sent is None:
         return {}, failures
     try:
-        received = shared_embedding.receive(order.sent, order.staged)
+        received = shared_embedding.receive(conn, order.sent, order.staged)
     except Exception as exc:  # noqa: BLE001 - the API or the database away: every page waits for a retry
         failure = order.halted = classify(exc)
         for page in order.pages:

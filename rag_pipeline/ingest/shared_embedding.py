@@ -1,14 +1,17 @@
 """The embedding the pages of a slice share: every text the active space lacks, sent in one
 embedder call (it cuts full requests) from a thread of its own while the caller goes on. That
 thread caches the vectors the moment they are paid for, on a connection of its own (the caller's
-may be in a transaction then): a run killed before its switch has not paid for nothing. Then each
-page is charged its share of the bill.
+may be in a transaction then): a run killed before its switch has not paid for nothing. If that
+connection cannot be had, the caller's caches them when it takes the answer. Then each page is
+charged its share of the bill.
 
 Nothing here records a page's failure: `batch_apply` does, from what `send` raises (nothing was
-sent) and what `receive` raises (the call failed as a whole) or reports (inputs refused)."""
+sent) and what `receive` raises (the call failed as a whole, or its vectors could not be cached)
+or reports (inputs refused)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -22,6 +25,7 @@ from rag_pipeline.ingest import indexing
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import db, spaces
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Sent:
@@ -31,6 +35,7 @@ class Sent:
     first_page: dict[bytes, str] = field(default_factory=dict)   # who pays for each text
     space: spaces.Space | None = None
     answer: Future | None = None
+    uncached: list[tuple[bytes, list[float], int]] = field(default_factory=list)   # the thread could not cache
 
 
 @dataclass
@@ -43,6 +48,8 @@ def send(conn: psycopg.Connection, staged: Mapping[str, Sequence[chunk_store.Sta
          embedder_for: indexing.EmbedderFor, active) -> Sent:
     """Send what the pages' chunks (page URL → staged chunks) lack, without waiting; raises if
     nothing could be sent (the embedder, the space or the cache)."""
+    # The thread's cache write needs the space row committed, so no transaction may hold it.
+    db.require_autocommit(conn, "sending a slice's embedding call")
     sent = Sent()
     texts: dict[bytes, chunk_store.StagedChunk] = {}
     for url, chunks in staged.items():
@@ -56,31 +63,36 @@ def send(conn: psycopg.Connection, staged: Mapping[str, Sequence[chunk_store.Sta
     cached = chunk_store.cached_hashes(conn, sent.space, list(texts))
     sent.missing = [c for h, c in texts.items() if h not in cached]
     if sent.missing:
-        sent.answer = _in_background(_embed_and_cache, embedder, sent.missing, sent.space, db.opener(conn))
+        sent.answer = _in_background(_embed_and_cache, embedder, sent, db.opener(conn))
     return sent
 
 
-def _embed_and_cache(embedder: Embedder, missing: list[chunk_store.StagedChunk], space: spaces.Space,
-                     connect: Callable[[], psycopg.Connection]) -> EmbedResult:
+def _embed_and_cache(embedder: Embedder, sent: Sent, connect: Callable[[], psycopg.Connection]) -> EmbedResult:
     """The call, and its vectors cached (also what a call that failed part-way did pay for)."""
-    failed: PartialEmbeddingError | None = None
+    missing, failed = sent.missing, None
     try:
         result = embedder.embed([c.embed_text for c in missing], [c.token_count for c in missing])
         paid = dict(enumerate(result.vectors))
     except PartialEmbeddingError as exc:
         failed, paid = exc, exc.good_vectors()
-    if paid:
-        with connect() as conn, conn.transaction():
-            chunk_store.cache_vectors(conn, space, [(missing[i].embed_hash, v, missing[i].token_count)
-                                                    for i, v in paid.items()])
+    rows = [(missing[i].embed_hash, v, missing[i].token_count) for i, v in paid.items()]
+    if rows:
+        try:
+            with connect() as conn, conn.transaction():
+                chunk_store.cache_vectors(conn, sent.space, rows)
+        except psycopg.Error as exc:   # no connection to spare (max_connections, a pooler's limit)
+            log.warning("%d vector(s) paid for not cached from the embedding thread (%s): the batch's own"
+                        " connection caches them", len(rows), exc)
+            sent.uncached = rows
     if failed is not None:
         raise failed
     return result
 
 
-def receive(sent: Sent, staged: Mapping[str, Sequence[chunk_store.StagedChunk]]) -> Received:
-    """Wait for the answer (its vectors cached); raises if the call failed as a whole (what it did
-    pay for is cached too)."""
+def receive(conn: psycopg.Connection, sent: Sent, staged: Mapping[str, Sequence[chunk_store.StagedChunk]]
+            ) -> Received:
+    """Wait for the answer, its vectors cached; raises if the call failed as a whole (what it did
+    pay for is cached too) or its vectors could not be cached."""
     received = Received()
     if sent.answer is None:
         return received
@@ -90,6 +102,10 @@ def receive(sent: Sent, staged: Mapping[str, Sequence[chunk_store.StagedChunk]])
     except PoisonedInputError as exc:
         spent = exc
         bad = {missing[i].embed_hash: exc.reasons.get(i, exc.reason) for i in exc.indices}
+    finally:
+        if sent.uncached:   # set before the answer resolved
+            with conn.transaction():
+                chunk_store.cache_vectors(conn, sent.space, sent.uncached)
     for url, chunks in staged.items():
         reasons = sorted({bad[c.embed_hash] for c in chunks if c.embed_hash in bad})
         if reasons:

@@ -200,12 +200,21 @@ def _configure(conn: psycopg.Connection) -> None:
 
 def opener(conn: psycopg.Connection) -> Callable[[], psycopg.Connection]:
     """How to open another connection like ``conn`` (its server, database and user, set up as the
-    pool's are), for a thread's work beside it: a connection holds one transaction at a time."""
-    dsn, password = conn.info.dsn, conn.info.password
+    pool's are), for a thread's work beside it: a connection holds one transaction at a time.
+
+    Every setting ``conn`` runs with is given, defaults included (`ConnectionInfo.dsn` leaves those
+    out, and the PG* environment could then send the new connection elsewhere)."""
+    params = {o.keyword.decode(): o.val.decode() for o in conn.pgconn.info
+              if o.val is not None and o.keyword != b"password"}
+    password = conn.info.password
 
     def open_() -> psycopg.Connection:
-        other = psycopg.connect(dsn, password=password, connect_timeout=10)
-        _configure(other)
+        other = psycopg.connect(make_conninfo(**params), password=password, connect_timeout=10)
+        try:
+            _configure(other)
+        except BaseException:
+            other.close()
+            raise
         return other
 
     return open_

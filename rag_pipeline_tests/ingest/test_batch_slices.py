@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 
 from rag_pipeline.core.tokens import count_tokens
@@ -14,6 +15,7 @@ from rag_pipeline.embedders.hash_embedder import HashEmbedder
 from rag_pipeline.embedders.openai_embedder import OpenAIEmbedder
 from rag_pipeline.ingest import batch_apply, indexing
 from rag_pipeline.ingest.batch_apply import Failed, Staged, Switched
+from rag_pipeline.store import db
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 from rag_pipeline_tests.ingest.test_batch_sets import apply, connect, deliver, markdown, url
 
@@ -181,3 +183,20 @@ def test_what_a_call_paid_for_is_cached_though_the_run_stops_before_its_switch(d
         events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(6)}), again)
     assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(6))
     assert not set(embedder.calls[0]) & {text for call in again.calls for text in call}
+
+
+def test_without_a_connection_to_spare_the_batch_caches_what_its_calls_paid_for_itself(database_url, monkeypatch,
+                                                                                       caplog):
+    def no_connection(_conn):
+        def refuse():
+            raise psycopg.OperationalError("sorry, too many clients already")
+        return refuse
+
+    monkeypatch.setattr(db, "opener", no_connection)
+    embedder = Recorder()
+    with connect(database_url) as conn:
+        events = apply(conn, deliver(conn, {url(n): markdown(n) for n in range(6)}), embedder)
+        cached = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(url(n) for n in range(6))
+    assert cached == len({text for call in embedder.calls for text in call}) > 0
+    assert "too many clients" in caplog.text and "the batch's own connection caches them" in caplog.text
