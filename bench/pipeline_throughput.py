@@ -988,7 +988,9 @@ _LOG_EVENTS = (
     ("Added partition keys to dynamic partitions definition 'pages'", "daemon added the partitions"),
     ("Completed launch of run", "run submitted"),
     ("QueuedRunCoordinatorDaemon - INFO - Launched", "queue launched run(s)"),
-    ("No heartbeat received", "a code server exits (no heartbeat for 20 s: the daemon replaced it)"),
+    # The daemon reloads its workspace every 60 s (dagster's RELOAD_WORKSPACE_INTERVAL), starting a new
+    # code server per location; the old one, no longer pinged, exits 20 s later.
+    ("No heartbeat received", "a code server exits (replaced by the daemon's 60 s workspace reload)"),
 )
 
 
