@@ -71,10 +71,15 @@ def deliver(conn, pages: dict[str, str]) -> list:
     return deliveries.queued_work(conn, len(pages))
 
 
+def started(conn, work, embedder):
+    """The batch's events as they come (a test may stop it part-way)."""
+    return batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
+                                   chunk_budget=lambda _space: (512, 64), max_page_bytes=MAX_PAGE_BYTES,
+                                   retry=RETRY)
+
+
 def apply(conn, work, embedder) -> list:
-    return list(batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
-                                  chunk_budget=lambda _space: (512, 64), max_page_bytes=MAX_PAGE_BYTES,
-                                  retry=RETRY))
+    return list(started(conn, work, embedder))
 
 
 def test_a_batch_of_40_pages_takes_no_more_statements_than_a_batch_of_5(database_url, embedder):

@@ -17,7 +17,7 @@ from rag_pipeline.ingest import batch_apply, indexing
 from rag_pipeline.ingest.batch_apply import Failed, Staged, Switched
 from rag_pipeline.store import db
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
-from rag_pipeline_tests.ingest.test_batch_sets import apply, connect, deliver, markdown, url
+from rag_pipeline_tests.ingest.test_batch_sets import apply, connect, deliver, markdown, started, url
 
 @pytest.fixture(autouse=True)
 def slices_of_three(monkeypatch):
@@ -135,13 +135,8 @@ def test_a_batch_stopped_while_a_slice_is_being_embedded_frees_its_page_locks(da
     embedder = Recorder(during)
     with connect(database_url) as conn, connect(database_url) as other:
         work = deliver(conn, {url(n): markdown(n) for n in range(6)})
-        events = batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
-                                         chunk_budget=lambda _space: (512, 64), max_page_bytes=1_000_000,
-                                         retry=batch_apply.RetryPolicy(3, 1.0))
-        # Up to the second slice's chunks: the first slice's call is under way.
-        for event in events:
-            if isinstance(event, Staged) and event.page_url == url(3):
-                break
+        events = started(conn, work, embedder)
+        to_the_second_slice(events)   # the first slice's call is under way
         assert called.wait(30) and len(embedder.calls) == 1
         assert page_locks(other, conn) == 6
         events.close()   # the run stops here; the call under way is not waited for
@@ -152,6 +147,14 @@ def test_a_batch_stopped_while_a_slice_is_being_embedded_frees_its_page_locks(da
         assert locked == 0
         assert calls and all(t.daemon for t in calls)
         assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+
+
+def to_the_second_slice(events) -> None:
+    """Take a batch's events up to the second slice's chunks (slices of three pages)."""
+    for event in events:
+        if isinstance(event, Staged) and event.page_url == url(3):
+            return
+    raise AssertionError("the batch ended before its second slice was staged")
 
 
 def page_locks(observer, conn) -> int:
@@ -166,12 +169,8 @@ def test_what_a_call_paid_for_is_cached_though_the_run_stops_before_its_switch(d
     embedder = Recorder()
     with connect(database_url) as conn:
         work = deliver(conn, {url(n): markdown(n) for n in range(6)})
-        events = batch_apply.apply_batch(conn, work, batch_key=None, embedder_for=lambda _space: embedder,
-                                         chunk_budget=lambda _space: (512, 64), max_page_bytes=1_000_000,
-                                         retry=batch_apply.RetryPolicy(3, 1.0))
-        for event in events:   # up to the second slice's chunks: the first slice's call was sent
-            if isinstance(event, Staged) and event.page_url == url(3):
-                break
+        events = started(conn, work, embedder)
+        to_the_second_slice(events)   # the first slice's call was sent
         for thread in [t for t in threading.enumerate() if t.name == "embedding"]:
             thread.join(30)
         events.close()   # the run stops before the first slice's answer was taken
