@@ -7,8 +7,12 @@ POSTed as a crawler would (gzip'd markdown, 8 threads, retried under the same ri
 `rag-pipeline webhook`, each path on a fresh database of its own throwaway server, all embedded by
 the loopback OpenAI fake of the tests (served from this process; its CPU is in the "bench" figure):
 
-  dagster   `dagster-daemon run -w workspace.yaml` with the repo's deploy/dagster.yaml (storage: a
-            `dagster` database on the same server); delivery_sensor ticks by itself (15 s minimum
+  dagster   `dagster api grpc` (the code server, as `dg dev` and deploy/ start it) and
+            `dagster-daemon run` on a `grpc_server` workspace entry for it, with the repo's
+            deploy/dagster.yaml (storage: a `dagster` database on the same server). A daemon given
+            the module entry itself would start a new code server at each of its 60 s workspace
+            reloads, importing the project again, which neither `make run` nor a deployment does.
+            delivery_sensor ticks by itself (15 s minimum
             interval, on the daemon's 5 s loop) and leases the changed pages into index_batch runs.
             Delivery starts just after a tick: the worst phase for the wait on the next one.
   plain     a subprocess looping route_batch → queued_work → apply_batch in the sensor's batch
@@ -305,8 +309,8 @@ def start_receiver(env: dict[str, str], logdir: Path, name: str, code: Path) -> 
 # -- measuring -----------------------------------------------------------------------------------
 
 
-# The daemon starts the code server (`dagster api grpc`), which evaluates the sensors and starts
-# each run worker as a multiprocessing spawn child.
+# The code server (`dagster api grpc`) evaluates the sensors and starts each run worker as a
+# multiprocessing spawn child.
 ROLE_DAEMON, ROLE_CODE, ROLE_WORKER, ROLE_OTHER = "daemon", "code server", "run worker", "other"
 
 
@@ -323,6 +327,35 @@ def daemon_role(p: psutil.Process, root_pid: int) -> str:
         return ROLE_CODE
     # e.g. the compute-log tailers of a run (`tail -F`, `watch_orphans.py`)
     return f"{ROLE_OTHER}: {' '.join(Path(a).name for a in p.cmdline()[:3] if not a.isdigit())[:60]}"
+
+
+def code_server_role(p: psutil.Process, root_pid: int) -> str:
+    return ROLE_CODE if p.pid == root_pid else daemon_role(p, root_pid)
+
+
+def start_code_server(env: dict[str, str], work: Path, code: Path, timeout_s: float = 120.0) -> tuple[Service, Path]:
+    """`dagster api grpc` on a free port, answering its health check, and a workspace file naming it."""
+    port = free_port()
+    server = Service("code-server", [str(BIN / "dagster"), "api", "grpc", "--module-name", "rag_pipeline.definitions",
+                                     "--location-name", "rag_pipeline", "--working-directory", str(code),
+                                     "--host", "127.0.0.1", "--port", str(port)], env, work, cwd=code)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not server.alive():
+            raise BenchFailure(f"the code server exited ({server.proc.returncode}):\n{server.tail()}")
+        check = subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "--host", "127.0.0.1",
+                                "--port", str(port)], env=env, capture_output=True, timeout=60)
+        if check.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            server.stop()
+            raise BenchFailure(f"the code server did not answer its health check within {timeout_s:.0f} s:\n"
+                               f"{server.tail()}")
+        time.sleep(1.0)
+    workspace = work / "workspace.yaml"
+    workspace.write_text(json.dumps({"load_from": [{"grpc_server": {
+        "host": "127.0.0.1", "port": port, "location_name": "rag_pipeline"}}]}))
+    return server, workspace
 
 
 class TreeMonitor(threading.Thread):
@@ -763,7 +796,7 @@ def quiesce(dagster_url: str, timeout_s: float = 180.0) -> None:
     print(f"  (runs still in progress after {timeout_s:.0f} s)")
 
 
-def pending_report(url: str, dagster_url: str, daemon: Service | None) -> str:
+def pending_report(url: str, dagster_url: str, daemon: Service | None, code_server: Service | None = None) -> str:
     lines = []
     try:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -792,11 +825,14 @@ def pending_report(url: str, dagster_url: str, daemon: Service | None) -> str:
         except psycopg.Error as exc:
             lines.append(f"(dagster storage unreadable: {exc})")
     if daemon is not None:
-        lines.append(f"dagster-daemon {'running' if daemon.alive() else 'exited'}; its stderr (code server, "
-                     "run workers), last lines:")
+        lines.append(f"dagster-daemon {'running' if daemon.alive() else 'exited'}; its stderr, last lines:")
         lines.append(daemon.tail(30) or "  (empty)")
         lines.append("its stdout (the daemons), last lines:")
         lines.append(daemon.tail(12, stream="out") or "  (empty)")
+    if code_server is not None:
+        lines.append(f"code server {'running' if code_server.alive() else 'exited'}; its stderr (sensors, run "
+                     "workers), last lines:")
+        lines.append(code_server.tail(30) or "  (empty)")
     return "\n".join(lines)
 
 
@@ -901,25 +937,30 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
         receiver, base = start_receiver(env, work, "receiver-dagster", code)
         stack.callback(receiver.stop)
         t_start = time.time()
-        daemon = Service("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(code / "workspace.yaml")],
-                         env, work, cwd=code)
+        code_server, workspace = start_code_server(env, work, code)
+        stack.callback(code_server.stop)
+        daemon = Service("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env, work, cwd=code)
         stack.callback(daemon.stop)
-        monitor = TreeMonitor(daemon, daemon_role)
-        monitor.start()
-        stack.callback(monitor.stop)
+        monitors = [TreeMonitor(daemon, daemon_role), TreeMonitor(code_server, code_server_role)]
+        for monitor in monitors:
+            monitor.start()
+            stack.callback(monitor.stop)
+
+        def cpu_by_role() -> Counter:
+            return sum((Counter(m.cpu_by_role()) for m in monitors), Counter())
         first_tick = wait_for_first_tick(dagster_url, daemon)
         pg = postmaster_pid(url)
         print(f"dagster: daemon up, first delivery_sensor tick {first_tick - t_start:.1f} s after its start "
               f"(postmaster {pg or 'not found: no postgres CPU figure'})")
 
         def on_timeout() -> str:
-            return pending_report(url, dagster_url, daemon)
+            return pending_report(url, dagster_url, daemon, code_server)
 
         phases = [("initial load", initial, expected_initial), ("recrawl", recrawl, expected_recrawl)]
         for name, bodies, expected in phases[:1] if args.skip_recrawl else phases:
             quiesce(dagster_url)
             before_runs, before_event = dagster_marks(dagster_url)
-            cpu_before = (monitor.cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
+            cpu_before = (cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
             fake_before = (fake.requests, fake.total_tokens)
             with ScanWatch(url) as scans:
                 phase = run_phase(f"dagster {name}", url, base, bodies, expected, args.timeout, on_timeout,
@@ -929,7 +970,7 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
             # the build once the backlog drained): that time counts in the load.
             phase.index_ready_at = wait_for_indexes(url, args.timeout)
             quiesce(dagster_url)
-            cpu_after = (monitor.cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
+            cpu_after = (cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
             phase.fake_requests = fake.requests - fake_before[0]
             phase.fake_tokens = fake.total_tokens - fake_before[1]
             phase.cpu = {**{f"dagster {k}": v for k, v in cpu_delta(cpu_after[0], cpu_before[0]).items()},
@@ -937,15 +978,23 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
                          "postgres": cpu_delta(cpu_after[2], cpu_before[2]).get("all", 0.0),
                          "bench (fake OpenAI, delivery, poller)": cpu_after[3] - cpu_before[3]}
             stats = dagster_stats(dagster_url, before_runs, before_event, phase.t0)
-            stats.log_timeline = daemon_log_timeline(daemon, phase.t0, phase.settled_at)
+            stats.log_timeline = daemon_log_timeline([daemon, code_server], phase.t0, phase.settled_at)
             out[name] = (phase, stats)
-        out["rss"] = (monitor.by_role(), monitor.peak_total)
+        by_role: dict[str, tuple[int, int]] = {}
+        for monitor in monitors:
+            for role, (n, top) in monitor.by_role().items():
+                seen, peak = by_role.get(role, (0, 0))
+                by_role[role] = (seen + n, max(peak, top))
+        # The two trees peak apart: the sum of their peaks bounds the whole's from above.
+        out["rss"] = (by_role, sum(m.peak_total for m in monitors))
         out["tick_interval"] = _tick_intervals(dagster_url)
         out["sizes"] = {"index database": _database_size(url), "dagster database": _database_size(dagster_url)}
         if args.ui:
             out["ui"] = ui_times(home, env, code, len(pages))
         if not daemon.alive():
             raise BenchFailure(f"dagster-daemon exited during the bench:\n{daemon.tail()}")
+        if not code_server.alive():
+            raise BenchFailure(f"the code server exited during the bench:\n{code_server.tail()}")
     return out
 
 
@@ -994,7 +1043,7 @@ _LOG_EVENTS = (
 )
 
 
-def daemon_log_timeline(daemon: Service, t0: float, t1: float) -> list[str]:
+def daemon_log_timeline(services: list[Service], t0: float, t1: float) -> list[str]:
     """The daemon's and code server's log lines that time a tick (1 s resolution): when the
     tick started, when the sensor function returned, when the daemon had added the partitions."""
     import re
@@ -1003,7 +1052,7 @@ def daemon_log_timeline(daemon: Service, t0: float, t1: float) -> list[str]:
     stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4})")
     color = re.compile(r"\x1b\[[0-9;]*m")
     events = []
-    for path in (daemon.out_path, daemon.err_path):
+    for path in [path for service in services for path in (service.out_path, service.err_path)]:
         try:
             lines = path.read_text(errors="replace").splitlines()
         except OSError:
