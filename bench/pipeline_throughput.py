@@ -610,6 +610,7 @@ class PhaseResult:
     fake_requests: int = 0
     fake_tokens: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
+    cpu_until: float | None = None  # when `cpu` was read: after the index builds and the runs ended
     queries: list[str] = field(default_factory=list)
     index_ready_at: float | None = None   # the search indexes (HNSW, GIN) valid again after the phase
     scans: list[str] = field(default_factory=list)   # how search read the index, sampled during the phase
@@ -973,6 +974,7 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
             phase.index_ready_at = wait_for_indexes(url, args.timeout)
             quiesce(dagster_url)
             cpu_after = (cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
+            phase.cpu_until = time.time()
             phase.fake_requests = fake.requests - fake_before[0]
             phase.fake_tokens = fake.total_tokens - fake_before[1]
             phase.cpu = {**{f"dagster {k}": v for k, v in cpu_delta(cpu_after[0], cpu_before[0]).items()},
@@ -1270,7 +1272,7 @@ def print_phase(phase: PhaseResult) -> None:
     print(f"  embedding requests {phase.fake_requests}, tokens {phase.fake_tokens:,}; "
           f"load average after {phase.load[0]:.2f} {phase.load[1]:.2f} {phase.load[2]:.2f}")
     print("  CPU seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in phase.cpu.items() if abs(v) >= 0.05 or k == "postgres")
-          + f"; total {sum(phase.cpu.values()):.1f} in {phase.settled_at - phase.t0:.1f} s wall")
+          + f"; total {sum(phase.cpu.values()):.1f} in {cpu_span(phase)}")
     for line in phase.queries:
         print(f"  {line}")
 
@@ -1457,6 +1459,15 @@ def main() -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     return status
+
+
+def cpu_span(phase: PhaseResult) -> str:
+    """The wall time the CPU figures cover: a Dagster phase's run on past `settled_at`, through its
+    index builds and the runs it left (2.6 cores' worth of CPU in 'settled' seconds misled once)."""
+    if phase.cpu_until is None:
+        return f"{phase.settled_at - phase.t0:.1f} s wall"
+    return (f"{phase.cpu_until - phase.t0:.1f} s wall (from the first POST until the search indexes were "
+            f"valid and the runs ended; every delivery settled at {phase.settled_at - phase.t0:.1f} s)")
 
 
 def hnsw_line(phase: PhaseResult) -> str:
