@@ -610,7 +610,8 @@ class PhaseResult:
     fake_requests: int = 0
     fake_tokens: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
-    cpu_until: float | None = None  # when `cpu` was read: after the index builds and the runs ended
+    cpu_read_at: float | None = None  # when `cpu` was read (a Dagster phase: once its indexes were valid)
+    runs_ended: bool = True           # every run had ended when `cpu` was read
     queries: list[str] = field(default_factory=list)
     index_ready_at: float | None = None   # the search indexes (HNSW, GIN) valid again after the phase
     scans: list[str] = field(default_factory=list)   # how search read the index, sampled during the phase
@@ -786,17 +787,19 @@ def wait_for_indexes(url: str, timeout_s: float) -> float:
     return time.time()
 
 
-def quiesce(dagster_url: str, timeout_s: float = 180.0) -> None:
-    """Wait until no run is queued or in progress, so its events are all counted."""
+def quiesce(dagster_url: str, timeout_s: float = 180.0) -> bool:
+    """Wait until no run is queued or in progress, so its events are all counted; False if some
+    still were at the timeout."""
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(dagster_url, autocommit=True) as dconn:
         while time.monotonic() < deadline:
             busy = dconn.execute("SELECT count(*) FROM runs WHERE status <> ALL(%s)",
                                  (list(TERMINAL_RUN_STATUSES),)).fetchone()[0]
             if not busy:
-                return
+                return True
             time.sleep(0.5)
     print(f"  (runs still in progress after {timeout_s:.0f} s)")
+    return False
 
 
 def pending_report(url: str, dagster_url: str, daemon: Service | None, code_server: Service | None = None) -> str:
@@ -972,9 +975,9 @@ def run_dagster(pages: list[Page], initial: list[tuple[str, bytes]], recrawl: li
             # A bulk load is done when its search indexes are built again (delivery_sensor requests
             # the build once the backlog drained): that time counts in the load.
             phase.index_ready_at = wait_for_indexes(url, args.timeout)
-            quiesce(dagster_url)
+            phase.runs_ended = quiesce(dagster_url)
             cpu_after = (cpu_by_role(), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
-            phase.cpu_until = time.time()
+            phase.cpu_read_at = time.time()
             phase.fake_requests = fake.requests - fake_before[0]
             phase.fake_tokens = fake.total_tokens - fake_before[1]
             phase.cpu = {**{f"dagster {k}": v for k, v in cpu_delta(cpu_after[0], cpu_before[0]).items()},
@@ -1193,6 +1196,7 @@ def run_plain(initial, recrawl, expected_initial, expected_recrawl, fake, args, 
                               args.sample_queries)
             time.sleep(0.5)
             cpu_after = (tree_cpu(loop.pid), tree_cpu(receiver.pid), tree_cpu(pg), _self_cpu())
+            phase.cpu_read_at = time.time()
             phase.fake_requests = fake.requests - fake_before[0]
             phase.fake_tokens = fake.total_tokens - fake_before[1]
             phase.cpu = {"plain loop": cpu_delta(cpu_after[0], cpu_before[0]).get("all", 0.0),
@@ -1462,12 +1466,15 @@ def main() -> int:
 
 
 def cpu_span(phase: PhaseResult) -> str:
-    """The wall time the CPU figures cover: a Dagster phase's run on past `settled_at`, through its
-    index builds and the runs it left (2.6 cores' worth of CPU in 'settled' seconds misled once)."""
-    if phase.cpu_until is None:
-        return f"{phase.settled_at - phase.t0:.1f} s wall"
-    return (f"{phase.cpu_until - phase.t0:.1f} s wall (from the first POST until the search indexes were "
-            f"valid and the runs ended; every delivery settled at {phase.settled_at - phase.t0:.1f} s)")
+    """The wall time the CPU figures cover: for a Dagster phase, from the first POST until its
+    search indexes were valid and no run was left, later than `settled_at`."""
+    end = phase.cpu_read_at if phase.cpu_read_at is not None else phase.settled_at
+    span = f"{end - phase.t0:.1f} s wall"
+    if phase.index_ready_at is None:
+        return span
+    runs = "the runs ended" if phase.runs_ended else "some runs were still going"
+    return (f"{span} (from the first POST until the search indexes were valid and {runs}; every "
+            f"delivery settled at {phase.settled_at - phase.t0:.1f} s)")
 
 
 def hnsw_line(phase: PhaseResult) -> str:

@@ -22,9 +22,9 @@ from rag_pipeline.store import deliveries, pages, spaces
 
 
 # A tick's evaluation must end within the daemon's 60 s (DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS), or
-# its run requests are lost with it. Routing costs ~4-9 ms a delivery, so a large SENSOR_BATCH_SIZE
-# (or a slow moment) could take longer: routing stops starting chunks after this, leaves the rest
-# for the next tick, and the work it routed still goes into runs now.
+# its run requests are lost with it. Routing costs ~4-9 ms a delivery, so the default 4,000 take
+# 16-36 s, and a burst regularly reaches this: routing stops starting chunks after it, leaves the
+# rest for the next tick, and the work it routed still goes into runs now (12-32 s ticks at 100k).
 ROUTE_BUDGET_S = 25.0
 
 
@@ -91,7 +91,7 @@ def delivery_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResou
         return dg.SensorResult(skip_reason=dg.SkipReason("no new deliveries"))
     # Added here, in one upsert per partition set, before any run of them starts. (A
     # dynamic_partitions_request would have the daemon look each key up on its own connection
-    # first: ~10 ms a key, 20 s for the 2,000 pages of one tick of an initial load.)
+    # first: ~10 ms a key, 40 s for the 4,000 pages of one tick of an initial load.)
     add_partitions(context.instance, urls, located)
     budget = (f"; routing stopped at the tick's {ROUTE_BUDGET_S:g} s budget, the rest waits for the next tick"
               if routed.cut_short else "")
