@@ -84,6 +84,7 @@ from rag_pipeline.core.text import content_hash, normalize_markdown  # noqa: E40
 from rag_pipeline.core.tokens import count_tokens  # noqa: E402
 from rag_pipeline.core.urls import normalize_url  # noqa: E402
 from rag_pipeline.store import db  # noqa: E402
+from rag_pipeline_tests.waiting import wait_until  # noqa: E402
 
 # This bench plays the crawler: its deliveries answer no push recorded here (docs/security.md).
 os.environ.setdefault("WEBHOOK_ACCEPT_UNSOLICITED", "true")
@@ -339,21 +340,23 @@ def start_code_server(env: dict[str, str], work: Path, code: Path, timeout_s: fl
     server = Service("code-server", [str(BIN / "dagster"), "api", "grpc", "--module-name", "rag_pipeline.definitions",
                                      "--location-name", "rag_pipeline", "--working-directory", str(code),
                                      "--host", "127.0.0.1", "--port", str(port)], env, work, cwd=code)
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def listening() -> bool:
         if not server.alive():
             raise BenchFailure(f"the code server exited ({server.proc.returncode}):\n{server.tail()}")
         # It listens once the project is loaded; a TCP probe costs nothing against the ~1 s of CPU
         # of a `dagster api grpc-health-check` process. The daemon's first tick proves the rest.
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-            break
         except OSError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            raise BenchFailure(f"the code server did not listen within {timeout_s:.0f} s:\n{server.tail()}")
-        time.sleep(0.2)
+            return False
+        return True
+
+    try:
+        wait_until(listening, timeout_s, "the code server to listen")
+    except AssertionError as exc:
+        server.stop()
+        raise BenchFailure(f"{exc}:\n{server.tail()}") from None
     workspace = work / "workspace.yaml"
     workspace.write_text(json.dumps({"load_from": [{"grpc_server": {
         "host": "127.0.0.1", "port": port, "location_name": "rag_pipeline"}}]}))
