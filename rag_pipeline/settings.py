@@ -1,9 +1,9 @@
-"""Every knob of the pipeline, read from the environment (and `.env`), documented in docs/configuration.md."""
+"""Every knob of the pipeline, read from the environment (and `.env`), documented in docs/configuration.md.
+
+Where the values come from is settings_sources.py; how a bad one is told, settings_errors.py."""
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -13,41 +13,11 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag_pipeline.core.addresses import Network, parse_networks
+from rag_pipeline.settings_errors import SettingsError, describe_errors
+from rag_pipeline.settings_sources import checkout_dir, default_rag_home, env_files, token_file
 
-# The checkout that holds this code (an editable install, as `make run` makes), if it is one.
-CHECKOUT = Path(__file__).resolve().parents[1]
-
-
-def checkout_dir() -> Path | None:
-    return CHECKOUT if (CHECKOUT / "workspace.yaml").is_file() and (CHECKOUT / "pyproject.toml").is_file() else None
-
-
-def default_rag_home() -> Path:
-    """The checkout's `.rag` wherever the shell is; installed elsewhere, a per-user directory.
-
-    Never the current directory: a command run from elsewhere must find the same index, not
-    start an empty one beside the user.
-    """
-    checkout = checkout_dir()
-    if checkout is not None:
-        return checkout / ".rag"
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("rag-pipeline"))
-
-
-class SettingsError(ValueError):
-    """A setting has a value it cannot take; the message is one line naming the variable."""
-
-
-def env_files() -> tuple[Path, ...]:
-    """The checkout's `.env`, or the one file RAG_ENV_FILE names. Never the working directory's:
-    a `.env` in whatever directory a command runs from could send OPENAI_API_KEY to a host of its
-    choosing."""
-    named = os.environ.get("RAG_ENV_FILE")
-    if named:
-        return (Path(named).expanduser(),)
-    return (checkout_dir() / ".env",) if checkout_dir() else ()
+__all__ = ["LocationSettings", "Settings", "SettingsError", "at_load", "get_settings", "load_settings",
+           "location_settings"]
 
 
 class LocationSettings(BaseSettings):
@@ -336,7 +306,7 @@ class Settings(LocationSettings):
         """WEBHOOK_TOKEN, else the token `make run` generated in $RAG_HOME/webhook_token: the
         receiver and everything that delivers to it (the CLI, the local crawler) read it here, so
         they agree in a shell where WEBHOOK_TOKEN was never exported."""
-        return self.webhook_token or _token_file(self.rag_home / "webhook_token")
+        return self.webhook_token or token_file(self.rag_home / "webhook_token")
 
     def resolved_embedding_price(self) -> float:
         if self.embedding_price_per_mtok is not None:
@@ -345,7 +315,7 @@ class Settings(LocationSettings):
 
     def resolved_query_api_token(self) -> str | None:
         """QUERY_API_TOKEN, else the token `make run` generated in $RAG_HOME/query_api_token."""
-        return self.query_api_token or _token_file(self.rag_home / "query_api_token")
+        return self.query_api_token or token_file(self.rag_home / "query_api_token")
 
     def resolved_answer_endpoint(self) -> tuple[str | None, str | None]:
         """(API key, base URL) of the chat endpoint: ANSWER_* first, else the OPENAI_* ones."""
@@ -381,30 +351,6 @@ def _read(cls, overrides: Mapping[str, object] | None = None):
         raise SettingsError(describe_errors(exc)) from None
 
 
-SECRET_NAME = re.compile(r"(_KEY|_TOKEN|PASSWORD|SECRET)$")
-
-
-def describe_errors(exc: ValidationError) -> str:
-    """`CHUNK_MAX_TOKENS='10': Input should be greater than or equal to 32` (every bad variable)."""
-    parts = []
-    for error in exc.errors():
-        if not error["loc"]:   # a rule across several variables: its message names them
-            parts.append(error["msg"].removeprefix("Value error, "))
-            continue
-        name = ".".join(str(part) for part in error["loc"])
-        shown = "'***'" if SECRET_NAME.search(name) else repr(error.get("input"))   # never echo a secret
-        parts.append(f"{name}={shown}: {error['msg'].removeprefix('Value error, ')}")
-    return "bad setting " + "; ".join(parts)
-
-
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return load_settings()
-
-
-def _token_file(path: Path) -> str | None:
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return token or None
