@@ -61,16 +61,20 @@ def _json(value: object) -> bytes:
 
 
 def given_token(query_string: bytes, headers: HeaderIndex) -> str:
-    """The `token` query parameter (the last one, as Starlette reads it), else X-Webhook-Token."""
-    token = None
+    """X-Webhook-Token, else the `token` query parameter (the last one, as Starlette reads it).
+
+    The header wins when both are given: it is what our own senders use, and a URL ends up in
+    proxies' logs. The parameter stays accepted for crawlers that can only put it in their
+    callback URL (Crawlbase)."""
+    values = headers.getlist(TOKEN_HEADER)
+    if values and values[0]:
+        return values[0]
+    token = ""
     if query_string:
         for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
             if name == "token":
                 token = value
-    if token:
-        return token
-    values = headers.getlist(TOKEN_HEADER)
-    return values[0] if values else ""
+    return token
 
 
 def check_token(query_string: bytes, headers: HeaderIndex, expected: bytes | tuple[bytes, ...] | None) -> None:

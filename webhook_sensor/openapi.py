@@ -20,8 +20,10 @@ def _header(name: str, schema: dict, description: str) -> dict:
 WEBHOOK_OPENAPI: dict = {
     "parameters": [
         {"name": "token", "in": "query", "required": False, "schema": {"type": "string"},
-         "description": "the webhook token (WEBHOOK_TOKEN), or send it as X-Webhook-Token"},
-        _header("X-Webhook-Token", {"type": "string"}, "the webhook token, instead of the query parameter"),
+         "description": "the webhook token (WEBHOOK_TOKEN), for crawlers that can only put it in the "
+                        "callback URL; X-Webhook-Token is preferred and wins when both are given"},
+        _header("X-Webhook-Token", {"type": "string"},
+                "the webhook token (preferred: a URL ends up in proxies' logs); wins over the query parameter"),
         _header("rid", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,256}$"},
                 "the crawler's request id; unique per delivery"),
         _header("url", _URL, "the delivered (final) http(s) URL"),

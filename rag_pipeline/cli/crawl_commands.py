@@ -46,13 +46,14 @@ def deliver(url: str, file: Path, webhook_url: str, original_status: int, rid: s
     from rag_pipeline.crawl.fetching import answer_reason
 
     token = settings.resolved_webhook_token()
-    params = {"token": token} if token else {}
+    if token:   # a header, never `?token=`: URLs end up in proxies' logs
+        headers["X-Webhook-Token"] = token
     with db.connection(index_url()) as conn:
         with conn.transaction():
             (push_id,) = pushes.begin(conn, [(url, page_url)], reason="manual", crawler="deliver", run_id=None)
         error = None
         try:
-            resp = httpx.post(webhook_url, params=params, headers=headers,
+            resp = httpx.post(webhook_url, headers=headers,
                               content=gzip.compress(file.read_bytes()), timeout=30)
             if resp.status_code != 200:
                 error = f"webhook answered {resp.status_code}: {answer_reason(resp)}"

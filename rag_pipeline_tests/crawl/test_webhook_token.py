@@ -95,6 +95,34 @@ def test_receiver_reads_the_token_file_when_webhook_token_is_unset(database_url,
         ("r-ok", "pushed", None), (None, "failed", "webhook answered 401: missing or wrong token")]
 
 
+def test_deliver_sends_the_token_in_a_header_never_in_the_url(database_url, tmp_path, monkeypatch):
+    """URLs end up in proxies' and access logs: `deliver` sends X-Webhook-Token, as the local crawler does."""
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("WEBHOOK_TOKEN", "header-only-token")
+    get_settings.cache_clear()
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n")
+    seen: list[tuple[str, str | None]] = []
+
+    async def receiver(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        seen.append((scope["query_string"].decode(), headers.get("x-webhook-token")))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"status": "stored"}'})
+
+    with serve(receiver) as base:
+        result = CliRunner().invoke(cli, ["deliver", "https://example.com/p", str(page), "--webhook", base + "/webhook"])
+    assert result.exit_code == 0, result.output
+    assert seen == [("", "header-only-token")]
+
+
 def test_deliver_reports_a_non_json_refusal_on_one_line(database_url, tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", database_url)
     get_settings.cache_clear()

@@ -110,8 +110,9 @@ def requests_(draw):
         elif mutation == "content_encoding":
             h["content-encoding"] = draw(st.sampled_from(["identity", "br", "gzip, gzip", ""]))
     headers = [(k.encode(), v.encode("latin-1")) for k, v in h.items()]
-    # The query parameter wins when it is non-empty; the header is read otherwise.
-    good_token = params.get("token") == TOKEN or (not params.get("token") and h.get("x-webhook-token") == TOKEN)
+    # The header wins when it is non-empty; the query parameter is read otherwise.
+    good_token = (h.get("x-webhook-token") == TOKEN
+                  or (not h.get("x-webhook-token") and params.get("token") == TOKEN))
     return good_token, params, headers, body
 
 

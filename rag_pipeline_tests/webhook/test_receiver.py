@@ -50,6 +50,19 @@ def test_token_in_header_is_accepted(client, conn):
     assert len(rows(conn)) == 1
 
 
+def test_the_header_token_wins_over_the_query_parameter(client, conn):
+    """`?token=` stays accepted (Crawlbase's callback URL), but when both are given the header is
+    the one checked: a right token in the URL does not make up for a wrong one in the header."""
+    wrong_header = client.post("/webhook", params={"token": TOKEN},
+                               headers={**headers(rid="r-1"), "X-Webhook-Token": "wrong"}, content=gzip.compress(PAGE))
+    assert wrong_header.status_code == 401, wrong_header.text
+    right_header = client.post("/webhook", params={"token": "wrong"},
+                               headers={**headers(rid="r-2"), "X-Webhook-Token": TOKEN}, content=gzip.compress(PAGE))
+    assert right_header.status_code == 200, right_header.text
+    assert post(client, token=TOKEN, rid="r-3").status_code == 200       # the query parameter alone
+    assert [r[0] for r in rows(conn)] == ["r-2", "r-3"]
+
+
 @pytest.mark.parametrize(
     "change, reason",
     [
