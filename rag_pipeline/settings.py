@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, DotEnvSettingsSource, SettingsConfigDict
 
 from rag_pipeline.core.addresses import Network, parse_networks
 from rag_pipeline.settings_errors import SettingsError, describe_errors
-from rag_pipeline.settings_sources import checkout_dir, default_rag_home, env_files, token_file
+from rag_pipeline.settings_sources import checkout_dir, default_rag_home, env_files, run_env_file, token_file
 
 __all__ = ["LocationSettings", "Settings", "SettingsError", "at_load", "get_settings", "load_settings",
            "location_settings"]
@@ -25,6 +25,14 @@ class LocationSettings(BaseSettings):
     a bad value here fails the load, while another setting's bad value fails only the ticks."""
 
     model_config = SettingsConfigDict(env_file=env_files(), extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        # Below the environment and `.env`: what `make run` set for its own processes, so that a
+        # command in another shell reads the settings the deployment runs with (settings_sources).
+        run_env = DotEnvSettingsSource(settings_cls, env_file=run_env_file())
+        return init_settings, env_settings, dotenv_settings, run_env, file_secret_settings
 
     # Sites declared outside the package: a folder of `<name>.yaml` files in a site's defs.yaml form
     # (a Kubernetes ConfigMap, say), so a deployment adds sites without building a new image.

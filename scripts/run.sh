@@ -21,6 +21,8 @@ export SAMPLE_SITE_URL="${SAMPLE_SITE_URL:-http://127.0.0.1:$SITE_PORT}"
 users_query_token="${QUERY_API_TOKEN:-}"
 # shellcheck source=scripts/setup.sh
 source scripts/setup.sh
+# What this script set, for the runbook's commands in other shells (docs/configuration.md).
+write_run_env CRAWLER CRAWLER_ALLOW_NETWORKS WEBHOOK_PORT SAMPLE_SITE_URL DAGSTER_HOME
 
 pids=()
 dagster_pid=

@@ -26,3 +26,6 @@ export DAGSTER_POSTGRES_URL
 export DAGSTER_HOME="$RAG_HOME/dagster_home"
 mkdir -p "$DAGSTER_HOME"
 cp deploy/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+
+# shellcheck source=scripts/run_env.sh
+source scripts/run_env.sh   # write_run_env, which scripts/run.sh calls with what it set

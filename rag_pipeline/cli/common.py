@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import click
 
 from rag_pipeline.settings import SettingsError, get_settings
+from rag_pipeline.settings_sources import deployment_environment
 
 
 class CliError(click.ClickException):
@@ -24,7 +25,10 @@ class Commands(click.Group):
         from rag_pipeline.store.db import DatabaseError
 
         try:
-            return super().invoke(ctx)
+            # The deployment's environment (`.env`, `make run`'s run.env) under the shell's: a runbook
+            # command gives the answer it gives inside `make run`.
+            with deployment_environment():
+                return super().invoke(ctx)
         except (SettingsError, DatabaseError) as exc:
             raise CliError(str(exc)) from exc
 
