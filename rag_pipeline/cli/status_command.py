@@ -126,7 +126,7 @@ def _print_status(report: dict) -> None:
             elif reading["complete"]:
                 said = "complete"
             else:
-                said = f"INCOMPLETE: {reading['problems'][0][:120]}" if reading["problems"] else "INCOMPLETE"
+                said = _incomplete(reading, row["now"])
             t.add_row(row["site"], *(f"{row[k]:,}" for k in ("live", "listed", "unlisted", "tombstoned", "due")),
                       said)
         console.print(t)
@@ -145,3 +145,18 @@ def _print_status(report: dict) -> None:
         for c in checks["failing"]:
             t.add_row(c["check"], c["severity"], f"{c['minutes_ago']:g}", c["description"])
         console.print(t)
+
+
+def _incomplete(reading: dict, now) -> str:
+    """An incomplete reading's first problem, whole words only, and, when `site discover` made it,
+    that it did and when the last complete one was: a shell's failed reading must not pass for the
+    sensor's verdict."""
+    from rag_pipeline.core.one_line import shorten
+    from rag_pipeline.crawl.cadence_rules import describe_time
+
+    said = "INCOMPLETE" + (" (read by `rag-pipeline site discover`)" if reading.get("from_cli") else "")
+    if reading["problems"]:
+        said += ": " + shorten(reading["problems"][0], 240)
+    if reading.get("last_complete_at"):
+        said += f"; last complete reading {describe_time(reading['last_complete_at'], now)}"
+    return said

@@ -311,14 +311,20 @@ def overview(conn: psycopg.Connection) -> list[dict]:
                   " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now()),"
                   " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL)"
                   " FROM pages WHERE site IS NOT NULL GROUP BY site")}
+    # A reading without a run is one `rag-pipeline site discover` made: an incomplete one says so,
+    # and when the last complete reading was, rather than hide the sensor's good one.
     rows = conn.execute(
-        "SELECT s.name, s.next_discovery_at, r.started_at, r.finished_at, r.complete, r.counts, r.errors, now()"
+        "SELECT s.name, s.next_discovery_at, r.started_at, r.finished_at, r.complete, r.counts, r.errors,"
+        "   r.run_id IS NULL, (SELECT max(finished_at) FROM site_readings c WHERE c.site = s.name AND c.complete),"
+        "   now()"
         " FROM sites s LEFT JOIN LATERAL (SELECT * FROM site_readings WHERE site = s.name"
         "   ORDER BY reading_id DESC LIMIT 1) r ON true ORDER BY s.name").fetchall()
     empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0}
     return [{"site": name, **counts.get(name, empty), "next_reading_at": next_at,
              "last_reading": None if started is None else {
                  "started_at": started, "finished_at": finished, "complete": complete,
-                 "counts": reading_counts, "problems": list(errors)},
+                 "counts": reading_counts, "problems": list(errors), "from_cli": from_cli,
+                 "last_complete_at": last_complete},
              "now": now}
-            for name, next_at, started, finished, complete, reading_counts, errors, now in rows]
+            for name, next_at, started, finished, complete, reading_counts, errors, from_cli, last_complete, now
+            in rows]
