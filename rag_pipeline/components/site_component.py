@@ -128,6 +128,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
         """The site's discovery asset, job and sensor, and its page assets on each shard."""
         from rag_pipeline.defs.index.assets import embedder_kind, page_assets
         from rag_pipeline.defs.index.partitions import partitions_def
+        from rag_pipeline.defs.index.set_checks import set_checks
         from rag_pipeline.components.discovery_asset import discovery_asset, discovery_sensor
         from rag_pipeline.settings import at_load
 
@@ -143,7 +144,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                                   embedder_kind=kind, upstream=discovery.key)
         job = dg.define_asset_job(f"{spec.name}_discovery", selection=[discovery.key],
                                   description=f"Read {spec.name}'s robots.txt and sitemaps now.")
-        return dg.Definitions(assets=assets, jobs=[job],
+        return dg.Definitions(assets=assets, jobs=[job], asset_checks=[set_checks(spec.name, s) for s in shards],
                               sensors=[discovery_sensor(spec, job, at_load("discovery_interval_s"))])
 
 

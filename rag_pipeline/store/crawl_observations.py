@@ -121,7 +121,14 @@ def schedule_figures(conn: psycopg.Connection, since: datetime, until: datetime)
     for name, values, digits in (("change_rate_{}_per_day", rates, 4), ("cadence_{}_hours", everies, 2)):
         for q, value in zip(("p10", "p50", "p90"), values):
             figures[name.format(q)] = round(float(value), digits)
-    return {**figures, "pushes_planned_per_day": round(float(planned), 1), "pushes_in_period": pushed,
-            "crawl_budget_per_day": round(float(budget[0]), 1) if budget else 0.0,
-            "pages_adaptive": budget[1] if budget else 0,
-            "crawl_budget_note": budget[2] if budget else ""}
+    figures.update(pushes_planned_per_day=round(float(planned), 1), pushes_in_period=pushed)
+    if budget is None:
+        # No refresh has allocated a budget yet: a 0 beside the pushes planned would read as "no
+        # budget"; the figure is left out (a gap in its plot) and the note says why.
+        return {**figures, "crawl_budget_note": NO_BUDGET_YET}
+    return {**figures, "crawl_budget_per_day": round(float(budget[0]), 1), "pages_adaptive": budget[1],
+            "crawl_budget_note": budget[2]}
+
+
+NO_BUDGET_YET = ("no budget allocated yet: the cadences are the rules' own until the first cadence_refresh run "
+                 "(recrawl_sensor requests one every CADENCE_REFRESH_S)")

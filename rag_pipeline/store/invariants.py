@@ -84,3 +84,54 @@ def latest_page_error(conn: psycopg.Connection) -> str | None:
 
 def pages_switched_by(conn: psycopg.Connection, run_ids: list[str]) -> int:
     return conn.execute("SELECT count(*) FROM embedding_ledger WHERE run_id = ANY(%s)", (run_ids,)).fetchone()[0]
+
+
+#: A partition set: (site, shard) as pages store it; (None, None) is the catch-all's.
+PageSet = tuple[str | None, int | None]
+
+
+def _by_set(conn: psycopg.Connection, sql: str, params: tuple, sets: list[PageSet]) -> dict[PageSet, Finding]:
+    """A grouped invariant, one row per partition set with offenders; every set asked for is in the
+    answer, with a count of 0 where nothing offends."""
+    rows = conn.execute(sql, params).fetchall()
+    found = {(site, shard): Finding(count, [str(u) for u in examples or []]) for site, shard, count, examples in rows}
+    return {s: found.get(s, Finding(0, [])) for s in sets}
+
+
+# Only the sets asked for are read: `(site, shard)` matched NULL-safely (the catch-all has neither).
+_IN_SETS = ("EXISTS (SELECT 1 FROM unnest(%s::text[], %s::int[]) AS s(site, shard)"
+            " WHERE p.site IS NOT DISTINCT FROM s.site AND p.shard IS NOT DISTINCT FROM s.shard)")
+
+
+def _set_params(sets: list[PageSet]) -> tuple[list, list]:
+    return [s for s, _ in sets], [h for _, h in sets]
+
+
+def pages_behind_source_by_set(conn: psycopg.Connection, grace_minutes: int,
+                               sets: list[PageSet]) -> dict[PageSet, Finding]:
+    """`pages_behind_source` of each partition set, in one statement."""
+    return _by_set(conn, (
+        "SELECT p.site, p.shard, count(*), (array_agg(p.url ORDER BY p.last_crawled_at))[1:5]"
+        " FROM pages p WHERE p.deleted_at IS NULL AND p.source_hash IS NOT NULL"
+        " AND p.indexed_hash IS DISTINCT FROM p.source_hash"
+        " AND p.last_crawled_at < now() - make_interval(mins => %s) AND " + _IN_SETS +
+        " GROUP BY p.site, p.shard"), (grace_minutes, *_set_params(sets)), sets)
+
+
+def chunks_of_tombstoned_pages_by_set(conn: psycopg.Connection, sets: list[PageSet]) -> dict[PageSet, Finding]:
+    """`chunks_of_tombstoned_pages` of each partition set, in one statement."""
+    return _by_set(conn, (
+        "SELECT p.site, p.shard, count(*), (array_agg(DISTINCT p.url))[1:5]"
+        " FROM chunks c JOIN pages p USING (page_id) WHERE p.deleted_at IS NOT NULL AND " + _IN_SETS +
+        " GROUP BY p.site, p.shard"), _set_params(sets), sets)
+
+
+def chunks_outside_active_space_by_set(conn: psycopg.Connection, sets: list[PageSet]) -> dict[PageSet, Finding]:
+    """`chunks_outside_active_space` of each partition set, in one statement."""
+    return _by_set(conn, (
+        "SELECT p.site, p.shard, count(*), (array_agg(DISTINCT p.url))[1:5]"
+        " FROM chunks c JOIN pages p USING (page_id)"
+        " WHERE NOT EXISTS (SELECT 1 FROM space_vectors v JOIN embedding_spaces s"
+        "   ON s.space_id = v.space_id AND s.status = 'active'"
+        "   WHERE v.chunk_id = c.chunk_id AND v.embed_hash = c.embed_hash) AND " + _IN_SETS +
+        " GROUP BY p.site, p.shard"), _set_params(sets), sets)

@@ -71,7 +71,12 @@ def test_index_wide_checks_sit_on_the_index_asset_not_on_a_part_of_it():
                   checks.NO_STUCK_DELIVERIES, checks.INDEX_RUNS_SUCCEED, checks.QUEUE_DRAINS,
                   checks.EMBEDDING_API_ANSWERS, *CHECK_NAMES}
     assert {k.name for k in keys if k.asset_key == dg.AssetKey("index")} == index_wide
-    assert not [k for k in keys if k.asset_key in {dg.AssetKey("pages"), dg.AssetKey("embeddings")}]
+    # A part of the index (here the catch-all's pages) carries only its own partition set's checks.
+    from rag_pipeline.defs.index import set_checks
+
+    assert {k.to_user_string() for k in keys if k.asset_key in {dg.AssetKey(s) for s in ("pages", "chunks", "embeddings")}} == {
+        f"pages:{set_checks.PAGES_MATCH_SOURCE}", f"chunks:{set_checks.NO_TOMBSTONED_CHUNKS}",
+        f"embeddings:{set_checks.VECTORS_IN_ACTIVE_SPACE}"}
     # The job runs the index's seven; crawler_health_sensor records the crawler's four.
     job_keys = load_defs().resolve_job_def("index_checks").asset_layer.asset_graph.asset_check_keys
     assert {k.name for k in job_keys} == index_wide - set(CHECK_NAMES)

@@ -88,7 +88,9 @@ def test_the_locations_together_are_the_whole_project_each_part_once(sites_dir, 
     assert {"recrawl_sensor", "index_snapshot_sensor"} <= main["sensors"]
     for part in (alpha0_beta, alpha1):
         assert "recrawl_sensor" not in part["sensors"] and "index_snapshot_sensor" not in part["sensors"]
-        assert not part["schedules"] and not part["checks"]
+        assert not part["schedules"]
+        # A location holds the checks of the partition sets it holds, and no index-wide one.
+        assert {c.split(":")[0] for c in part["checks"]} == {a for a in part["assets"] if not a.endswith("discovery")}
         assert {"delivery_sensor", "delivery_failure_sensor", "index_batch"} <= part["sensors"] | part["jobs"]
     assert "alpha_discovery_sensor" in alpha0_beta["sensors"] and "alpha_discovery_sensor" not in alpha1["sensors"]
     # The HNSW upkeep's job is main's alone (delivery_sensor targets it only there).

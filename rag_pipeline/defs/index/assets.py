@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import dagster as dg
 
 from rag_pipeline.core.chunking import CHUNKER_VERSION
+from rag_pipeline.defs.index import set_checks
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import pages_partitions
@@ -96,14 +97,31 @@ def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: li
     raise pages_failed(failed, len(done) + len(failed), len(done))
 
 
+PAGES_MEANS = ("The newest crawled content of each page, normalized: the source every chunk is cut from. Kept in "
+               "full so that a new chunker re-cuts pages without recrawling them. Its check: pages_match_their_source.")
+CHUNKS_MEANS = ("Each page cut into passages at headings and paragraph breaks, each small enough to embed; staged as a "
+                "new generation, which search sees only once `embeddings` swaps it in. Its check: "
+                "no_chunk_of_a_tombstoned_page.")
+EMBEDDINGS_MEANS = ("What search sees of each page: its chunks with a vector each in the active embedding space. Only "
+                    "text never embedded before is sent to the model; a page switches in one transaction. Its check: "
+                    "every_chunk_in_the_active_space.")
+
+
+def _described(means: str) -> str:
+    return f"{means} {set_checks.INDEX_WIDE}"
+
+
 def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinition, group: str, *,
                 embedder_kind: str, upstream: dg.AssetKey | None = None) -> list[dg.AssetsDefinition]:
     """`pages` → `chunks` → `embeddings` of one partition set: the catch-all's (no prefix, today's
-    keys), or a site's or a site shard's (keys prefixed by it, `upstream` its discovery asset)."""
+    keys), or a site's or a site shard's (keys prefixed by it, `upstream` its discovery asset). Each
+    asset's description names its own check and where the index-wide ones are (set_checks.py)."""
+    page_set = set_checks.set_of_prefix(prefix)
 
     @dg.asset(
         key_prefix=prefix,
         name="pages",
+        description=_described(PAGES_MEANS),
         partitions_def=partitions_def,
         group_name=group,
         backfill_policy=ranged_backfill,
@@ -112,21 +130,19 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
     )
     def pages(context: dg.AssetExecutionContext, postgres: PostgresResource,
               settings: SettingsResource) -> dg.MaterializeResult:
-        """The newest crawled content of a page, normalized: the source every chunk is cut from.
-
-        Kept in full so that a new chunker re-cuts pages without recrawling them.
-        """
         current = settings.get()
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             done, failed = _collect(
                 batch_apply.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
                                    RetryPolicy.from_settings(current)),
                 lambda event: source_metadata(event.result))
+            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set])
         return _result(context, done, failed)
 
     @dg.asset(
         key_prefix=prefix,
         name="chunks",
+        description=_described(CHUNKS_MEANS),
         partitions_def=partitions_def,
         group_name=group,
         backfill_policy=ranged_backfill,
@@ -138,21 +154,19 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
         settings: SettingsResource,
     ) -> dg.MaterializeResult:
-        """A page cut into passages at headings and paragraph breaks, each small enough to embed.
-
-        Staged as a new generation: search keeps the old one until `embeddings` swaps this one in.
-        """
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             # Sized to the model the pages will be embedded with: the active space's.
             done, failed = _collect(
                 batch_apply.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
                                   RetryPolicy.from_settings(settings.get())),
                 lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
+            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set])
         return _result(context, done, failed)
 
     @dg.asset(
         key_prefix=prefix,
         name="embeddings",
+        description=_described(EMBEDDINGS_MEANS),
         partitions_def=partitions_def,
         group_name=group,
         backfill_policy=ranged_backfill,
@@ -166,18 +180,15 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
         settings: SettingsResource,
     ) -> dg.MaterializeResult:
-        """What search sees of a page: its chunks with a vector each in the active embedding space.
-
-        Only text never embedded before is sent to the model; the page switches in one transaction.
-        Embedded with the active space's model, whatever is configured (the configured model makes
-        only the first space; `space build` / `space activate` switch models).
-        """
+        # Embedded with the active space's model, whatever is configured (the configured model makes
+        # only the first space; `space build` / `space activate` switch models).
         seen: dict = {}
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             done, failed = _collect(
                 batch_apply.switch_pages(conn, context.partition_keys, embedder.for_space, context.run_id,
                                    RetryPolicy.from_settings(settings.get())),
                 lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
+            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set])
         return _result(context, done, failed)
 
     return [pages, chunks, embeddings]
@@ -201,4 +212,5 @@ def embedder_kind() -> str:
 @dg.definitions
 def defs() -> dg.Definitions:
     # The catch-all's assets: pages of no declared site, under the keys they always had.
-    return dg.Definitions(assets=page_assets([], pages_partitions, GROUP, embedder_kind=embedder_kind()))
+    return dg.Definitions(assets=page_assets([], pages_partitions, GROUP, embedder_kind=embedder_kind()),
+                          asset_checks=[set_checks.set_checks(None, None)])

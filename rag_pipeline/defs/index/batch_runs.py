@@ -18,6 +18,7 @@ from typing import Optional
 import dagster as dg
 
 from rag_pipeline.core.batch_sizing import WorkItem, plan_batches
+from rag_pipeline.defs.index import set_checks
 from rag_pipeline.defs.index.assets import EMBEDDING_POOL, pages_failed
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
@@ -123,6 +124,7 @@ def index_pages(context: dg.OpExecutionContext, config: BatchConfig, postgres: P
                 _report(context, conn, embedder, writer, event, failed, noted, located)
         finally:
             writer.flush()   # what was done is reported, also when the run dies of an error
+        set_checks.log_evaluations(context, conn, current, located.values())
     switched = counts["Switched"]
     context.log.info(f"{len(items)} page(s): {switched} switched, {len(failed)} failed, "
                      f"{counts['Skipped']} skipped")

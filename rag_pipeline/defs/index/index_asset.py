@@ -8,13 +8,15 @@ metadata Dagster plots as time series on the asset's page. Its full-table counts
 their own: delivery_sensor's tick only routes and leases.
 """
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
+from rag_pipeline import compat
+from rag_pipeline.defs.index import checks, set_checks
 from rag_pipeline.defs.index.assets import INDEX
-from rag_pipeline.defs.index.checks import index_checks_job
-from rag_pipeline.defs.resources import PostgresResource, SettingsResource
+from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import crawl_observations, index_figures, schedule, spaces, text_search
 
@@ -58,53 +60,56 @@ def snapshot_event(conn, settings: Settings, since: datetime, now: datetime) -> 
                                    description=f"the index at {now.astimezone(UTC).isoformat(timespec='seconds')}")
 
 
-#: index_checks_schedule's period: checks older than this are asked for at once (the daemon just
-#: started, or the schedule is off), not up to a period later.
-CHECKS_EVERY_S = 15 * 60
-
-
-def checks_due(instance: dg.DagsterInstance, now: datetime) -> bool:
-    """No `index_checks` run yet (the first batch just switched), or none within its period."""
-    records = instance.get_run_records(dg.RunsFilter(job_name=index_checks_job.name), limit=1)
-    if not records:
-        return True
-    if not records[0].dagster_run.is_finished:
-        return False
-    return (now - records[0].create_timestamp).total_seconds() >= CHECKS_EVERY_S
-
-
 def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
-    """index_snapshot_sensor: records the `index` asset every `interval_s` (INDEX_SNAPSHOT_EVERY_S,
-    fixed when the code location loads), and asks for the checks when they are due; it looks
-    every minute at most (the daemon's loop is 5 s)."""
+    """index_snapshot_sensor: every `interval_s` (INDEX_SNAPSHOT_EVERY_S, fixed when the code
+    location loads) it records the `index` asset and, in the same tick and after it, evaluates the
+    index checks and every partition set's checks, so that the UI shows them as evaluated for that
+    snapshot; it looks every minute at most (the daemon's loop is 5 s)."""
 
     @dg.sensor(name="index_snapshot_sensor", minimum_interval_seconds=max(5, min(60, int(interval_s))),
-               jobs=[index_checks_job], default_status=dg.DefaultSensorStatus.RUNNING,
+               default_status=dg.DefaultSensorStatus.RUNNING,
                description="Records the `index` asset (the whole index, plotted over time) every "
-                           "INDEX_SNAPSHOT_EVERY_S from the first page switched in, and runs the index checks "
-                           "after the first switch and on start, not up to 15 minutes later.")
+                           "INDEX_SNAPSHOT_EVERY_S, and with each snapshot evaluates the checks of `index` and "
+                           "of every site's pages, chunks and embeddings. Before the first page is searchable it "
+                           "evaluates the checks alone.")
     def index_snapshot_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
-                              settings: SettingsResource) -> dg.SensorResult:
+                              settings: SettingsResource, embedder: EmbedderResource) -> dg.SensorResult:
         current = settings.get()
         now = datetime.now(UTC)
-        # The cursor: when the `index` asset was last recorded (epoch seconds).
-        last = float(context.cursor) if context.cursor else None
+        last, recorded = _read_cursor(context.cursor)
+        events: list = []
         with postgres.connect() as conn:
-            if not index_figures.any_switched(conn):
-                # All zeros would say "empty" while the first batch is on its way.
-                return dg.SensorResult(skip_reason=dg.SkipReason("no page is searchable yet"))
-            requests = ([dg.RunRequest(job_name=index_checks_job.name, run_key=f"checks-{now.timestamp():.0f}")]
-                        if checks_due(context.instance, now) else [])
-            if last is not None and now.timestamp() - last < current.index_snapshot_every_s:
-                if requests:
-                    return dg.SensorResult(run_requests=requests)
+            switched = index_figures.any_switched(conn)
+            # Due every INDEX_SNAPSHOT_EVERY_S, and at once when the first page has switched in.
+            if last is not None and now.timestamp() - last < current.index_snapshot_every_s and recorded >= switched:
                 return dg.SensorResult(skip_reason=dg.SkipReason("the `index` asset is not due yet"))
-            if last is not None:
-                since = datetime.fromtimestamp(last, UTC)
-            else:   # the first snapshot covers what led to the first switch
-                since = min(filter(None, (index_figures.first_delivery_at(conn),
-                                          now - timedelta(seconds=current.index_snapshot_every_s))))
-            event = snapshot_event(conn, current, since, now)
-        return dg.SensorResult(asset_events=[event], run_requests=requests, cursor=str(now.timestamp()))
+            if switched:
+                since = (datetime.fromtimestamp(last, UTC) if last is not None and recorded
+                         # the first snapshot covers what led to the first switch
+                         else min(filter(None, (index_figures.first_delivery_at(conn),
+                                                now - timedelta(seconds=current.index_snapshot_every_s)))))
+                events.append(snapshot_event(conn, current, since, now))
+            defined = context.repository_def.asset_graph.asset_check_keys if context.repository_def else []
+            events += compat.aimed_at_latest(context.instance, set_checks.evaluations(
+                conn, current, set_checks.defined_sets(defined)))
+        events += checks.evaluations(checks.Inputs(context.instance, postgres, current, embedder))
+        failing = [e.check_name for e in events if isinstance(e, dg.AssetCheckEvaluation) and not e.passed]
+        return dg.SensorResult(
+            asset_events=events, cursor=json.dumps({"at": now.timestamp(), "recorded": switched}),
+            skip_reason=dg.SkipReason(
+                ("`index` recorded; " if isinstance(events[0], dg.AssetMaterialization) else "no page is searchable "
+                 "yet; ") + f"{sum(isinstance(e, dg.AssetCheckEvaluation) for e in events)} checks evaluated"
+                + (f", failing: {', '.join(sorted(set(failing)))}" if failing else ", all passing")))
 
     return index_snapshot_sensor
+
+
+def _read_cursor(cursor: str | None) -> tuple[float | None, bool]:
+    """(when the sensor last evaluated, epoch seconds; whether it recorded `index` then). A bare
+    number is the cursor of the versions that only recorded snapshots."""
+    if not cursor:
+        return None, False
+    if cursor.lstrip()[:1] != "{":
+        return float(cursor), True
+    state = json.loads(cursor)
+    return float(state["at"]), bool(state["recorded"])
