@@ -41,6 +41,7 @@ class Settled:
     original_status: int | None
     crawler_status: int | None
     redirected_from: str | None = None
+    crawled_url: str | None = None   # as delivered, scheme kept: the address that opens
 
 
 @dataclass
@@ -215,7 +216,7 @@ def _settled(result: RoutingResult, delivery, outcome: str) -> None:
         return   # no page to tell it to
     redirect = result.redirects.get(page_url)
     result.settled.append(Settled(page_url, delivery.id, outcome, delivery.original_status, delivery.crawler_status,
-                                  redirect[0] if redirect and redirect[1] == delivery.id else None))
+                                  redirect[0] if redirect and redirect[1] == delivery.id else None, delivery.url))
 
 
 def data_error_reason(exc: psycopg.DataError) -> str:

@@ -62,3 +62,29 @@ def test_each_delivery_is_one_event_of_its_page_with_its_outcome(database_url, c
             asset_key=dg.AssetKey("pages"), asset_partitions=[url]), limit=100).records) for url in (A, B, D, E, GONE))
         assert observed == settled[0] + settled[1] + 1   # + the redirect of E
         assert deliveries.outcome_counts(conn)["unchanged"] == 1
+
+
+def test_a_page_served_over_http_shows_the_address_that_opens(database_url, conn, monkeypatch):
+    """The partition key is the page's identity (https-spelled, so a move to https keeps one
+    history); each crawl event carries the address as served, which the UI links."""
+    configure(monkeypatch, DATABASE_URL=database_url, EMBEDDING_PROVIDER="hash", INDEX_SNAPSHOT_EVERY_S="3600")
+    served = "http://example.com/served-over-http"
+    key = "https://example.com/served-over-http"
+    with dg.instance_for_test() as instance:
+        defs = load_defs()
+        pipeline = Pipeline(instance, defs)
+        put(conn, served, "# Served\n\nOver plain http.")
+        pipeline.tick()
+        put(conn, served, "# Served\n\nOver plain http.")                    # unchanged
+        put(conn, served, "gone", status=404)                                # then gone
+        pipeline.tick()
+        opened = []
+        for fetch in (instance.fetch_materializations, instance.fetch_observations):
+            for asset in ("pages", "embeddings"):
+                for r in fetch(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=10).records:
+                    event = r.asset_materialization or r.asset_observation
+                    if event.metadata.get("status") and event.metadata["status"].value in ("updated", "unchanged", "tombstoned"):
+                        opened.append(event.metadata["crawled_url"].value)
+        assert len(opened) == 4 and set(opened) == {served}
+        described = defs.resolve_asset_graph().get(dg.AssetKey("pages")).description
+        assert "spelled https://" in described and "crawled_url" in described

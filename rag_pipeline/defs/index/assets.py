@@ -107,8 +107,14 @@ EMBEDDINGS_MEANS = ("What search sees of each page: its chunks with a vector eac
                     "every_chunk_in_the_active_space.")
 
 
+#: What a partition key is, and where the address that opens is.
+KEYS = ("A partition is a page: its key is the page's identity, the normalized URL spelled https:// whatever "
+        "scheme serves it, so that a site moving from http to https keeps its pages and their history; each "
+        "crawl's `crawled_url` is the address as served, the one that opens.")
+
+
 def _described(means: str) -> str:
-    return f"{means} {set_checks.INDEX_WIDE}"
+    return f"{means} {KEYS} {set_checks.INDEX_WIDE}"
 
 
 def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinition, group: str, *,

@@ -104,13 +104,16 @@ def crawl_events(routed: RoutingResult, located: dict[str, tuple[str | None, int
                     "crawler_status": s.crawler_status if s.crawler_status is not None else -1}
         if s.redirected_from:
             metadata["redirected_from"] = dg.MetadataValue.url(s.redirected_from)
+        if s.crawled_url:   # the partition key is the page's identity, spelled https://; this opens
+            metadata["crawled_url"] = dg.MetadataValue.url(s.crawled_url)
         events.append(dg.AssetObservation(asset_key=key("pages", s.page_url), partition=s.page_url, metadata=metadata))
         if s.outcome == "deleted":
             events.append(dg.AssetMaterialization(
                 asset_key=key("embeddings", s.page_url), partition=s.page_url,
                 description="tombstoned: the page is gone, its chunks left search",
                 metadata={"status": "tombstoned", "chunks_total": 0, "delivery_id": s.delivery_id,
-                          "original_status": metadata["original_status"]}))
+                          "original_status": metadata["original_status"],
+                          **({"crawled_url": metadata["crawled_url"]} if s.crawled_url else {})}))
     for page_url, (origin, delivery_id) in routed.redirects.items():
         if delivery_id not in settled_ids:
             events.append(dg.AssetObservation(
