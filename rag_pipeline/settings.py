@@ -173,7 +173,8 @@ class Settings(LocationSettings):
     query_api_rate: float = Field(default=20.0, alias="QUERY_API_RATE", gt=0)
     query_api_burst: int = Field(default=40, alias="QUERY_API_BURST", ge=1)
     # Every statement of a search or an answer (query API, and `search`/`ask` in the CLI) ends within this.
-    query_statement_timeout_s: float = Field(default=10.0, alias="QUERY_STATEMENT_TIMEOUT_S", gt=0, le=600)
+    # At least 1 ms, PostgreSQL's unit: less would round to 0, which PostgreSQL reads as no timeout.
+    query_statement_timeout_s: float = Field(default=10.0, alias="QUERY_STATEMENT_TIMEOUT_S", ge=0.001, le=600)
 
     # Crawling (issue 4). `crawlbase` when a Crawlbase token is set, else the built-in `local` crawler.
     crawler: Literal["crawlbase", "local"] | None = Field(default=None, alias="CRAWLER")

@@ -78,9 +78,7 @@ def migrated_template(pg_server_url):
     name = f"rag_template_{uuid.uuid4().hex[:8]}"
     url = db.with_database(pg_server_url, name)
     schema.prepare(url)
-    pool = db._pools.pop(url, None)
-    if pool is not None:
-        pool.close()
+    db.close_pools(url)
     yield name
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -94,9 +92,7 @@ def _fresh_database(pg_server_url: str, template: str):
         conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
     schema.require_current(url)   # the copy is the schema this code expects
     yield url
-    pool = db._pools.pop(url, None)
-    if pool is not None:
-        pool.close()
+    db.close_pools(url)
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 

@@ -12,9 +12,9 @@ from rag_pipeline.settings import get_settings
 
 def _bound_statements(conn) -> None:
     """A search's or an answer's statements end within QUERY_STATEMENT_TIMEOUT_S, as the query API's."""
-    timeout_ms = int(get_settings().query_statement_timeout_s * 1000)
-    with conn.transaction():   # a session setting (is_local false): it outlives this transaction
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(timeout_ms),))
+    from rag_pipeline.store import db
+
+    db.bound_statements(conn, db.statement_timeout_ms(get_settings().query_statement_timeout_s))
 
 
 def _retrieval_options(command):

@@ -7,8 +7,10 @@ directory, `store/doctor.py` proves that its pgvector runs on this CPU.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import os
 import threading
 from contextlib import contextmanager
@@ -189,13 +191,34 @@ def redact(url: str) -> str:
     return make_conninfo(**params)
 
 
-def _configure(conn: psycopg.Connection) -> None:
+def _configure(conn: psycopg.Connection, statement_timeout_ms: int | None = None) -> None:
     """Every pooled connection is in autocommit: a statement alone is its own transaction, and a
-    unit of work is the `with conn.transaction():` block around it, wherever it is called from."""
+    unit of work is the `with conn.transaction():` block around it, wherever it is called from.
+
+    A statement timeout is set last: it bounds the queries the connection serves, not its set-up
+    (registering the vector types queries the catalog, which a busy server may answer slowly; a
+    set-up cancelled by a tight timeout would leave the pool without connections)."""
     from pgvector.psycopg import register_vector
 
     conn.autocommit = True
     register_vector(conn)
+    if statement_timeout_ms is not None:
+        bound_statements(conn, statement_timeout_ms)
+
+
+def statement_timeout_ms(seconds: float) -> int:
+    """A timeout in seconds as PostgreSQL's milliseconds, rounded up: never 0, which PostgreSQL
+    reads as no timeout at all."""
+    if not seconds > 0:
+        raise ValueError(f"a statement timeout must be more than 0 s, not {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))
+
+
+def bound_statements(conn: psycopg.Connection, timeout_ms: int) -> None:
+    """Every later statement of this session ends within ``timeout_ms`` (a session setting: it
+    outlives the transaction it is set in)."""
+    with conn.transaction():
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(timeout_ms)}ms",))
 
 
 def opener(conn: psycopg.Connection) -> Callable[[], psycopg.Connection]:
@@ -245,27 +268,27 @@ _pools_lock = threading.Lock()
 
 
 def get_pool(url: str, *, max_size: int = 4, statement_timeout_s: float | None = None) -> ConnectionPool:
-    """One small pool per database URL and process; `statement_timeout_s` bounds every statement
-    of its connections (the query API's: a costly question must not hold a connection for long)."""
+    """One small pool per database URL, statement timeout and process; `statement_timeout_s`
+    bounds every query of its connections (the query API's: a costly question must not hold a
+    connection for long). A pool with a timeout is never the one without: a process that opened
+    the URL's plain pool first still gets its timeout."""
+    timeout_ms = None if statement_timeout_s is None else statement_timeout_ms(statement_timeout_s)
+    key = url if timeout_ms is None else f"{url}#statement_timeout={timeout_ms}ms"
     with _pools_lock:
-        pool = _pools.get(url)
+        pool = _pools.get(key)
         if pool is None:
-            kwargs: dict = {"connect_timeout": 10}
-            if statement_timeout_s:
-                kwargs["options"] = f"-c statement_timeout={int(statement_timeout_s * 1000)}"
-            pool = ConnectionPool(
-                url, min_size=1, max_size=max_size, configure=_configure, open=True,
-                kwargs=kwargs, name="rag",
-            )
-            _pools[url] = pool
+            configure = functools.partial(_configure, statement_timeout_ms=timeout_ms)
+            pool = ConnectionPool(url, min_size=1, max_size=max_size, configure=configure, open=True,
+                                  kwargs={"connect_timeout": 10}, name="rag")
+            _pools[key] = pool
         return pool
 
 
-def close_pools() -> None:
+def close_pools(url: str | None = None) -> None:
+    """Every pool of this process, or those of one database URL (whatever their timeout)."""
     with _pools_lock:
-        for pool in _pools.values():
-            pool.close()
-        _pools.clear()
+        for key in [k for k in _pools if url is None or k == url or k.startswith(f"{url}#")]:
+            _pools.pop(key).close()
 
 
 @contextmanager
