@@ -420,7 +420,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         """200 when the index database answers, else 503."""
         try:
             with connection() as conn:
-                conn.execute("SELECT 1")
+                db.ping(conn)
         except Exception as exc:  # noqa: BLE001 - health must answer, whatever broke
             # Unauthenticated: up or down only; the reason (host, port, user) goes to the log.
             log.warning("healthz: unhealthy: %s", exc)

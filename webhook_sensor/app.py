@@ -292,7 +292,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
             return JSONResponse({"status": "unhealthy"}, status_code=503)
         try:
             async with app.state.pool.connection(timeout=2) as conn:
-                await conn.execute("SELECT 1")
+                await db.ping_async(conn)
         except Exception as exc:  # noqa: BLE001 - health must answer, whatever broke
             log.warning("healthz: unhealthy: %s", exc)
             return JSONResponse({"status": "unhealthy"}, status_code=503)

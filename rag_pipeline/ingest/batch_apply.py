@@ -30,64 +30,19 @@ import psycopg
 from rag_pipeline.core.batch_sizing import CHARS_PER_TOKEN, SLICE_PAGES, SLICE_TOKENS, WorkItem, slices
 from rag_pipeline.core.urls import page_id
 from rag_pipeline.ingest import indexing, shared_embedding
+# The events and the retry policy, named through this module by its callers too.
+from rag_pipeline.ingest.batch_events import Event, Failed, RetryPolicy, Skipped, Sourced, Staged, Switched
 from rag_pipeline.ingest.failures import PageFailure, classify
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import db, deliveries, pages, spaces
+
+__all__ = ["PAGE_LOCK_CLASS", "Event", "Failed", "RetryPolicy", "Skipped", "Sourced", "Staged", "Switched",
+           "apply_batch", "stage_pages", "switch_pages", "take_sources"]
 
 log = logging.getLogger(__name__)
 
 # Namespace of the per-page advisory locks (any constant unlike the other advisory keys).
 PAGE_LOCK_CLASS = 0x5241_4703
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When a failed page's delivery is tried again (RUN_RETRY_*)."""
-
-    max_attempts: int
-    backoff_s: float
-    max_backoff_s: float = 300.0
-
-    @classmethod
-    def from_settings(cls, settings) -> RetryPolicy:
-        return cls(settings.run_retry_max_attempts, settings.run_retry_backoff_s, settings.run_retry_backoff_max_s)
-
-
-@dataclass(frozen=True)
-class Sourced:
-    page_url: str
-    result: indexing.SourceResult
-
-
-@dataclass(frozen=True)
-class Staged:
-    page_url: str
-    result: indexing.StageResult
-    max_tokens: int
-    overlap_tokens: int
-
-
-@dataclass(frozen=True)
-class Switched:
-    page_url: str
-    result: indexing.SwitchResult
-
-
-@dataclass(frozen=True)
-class Failed:
-    page_url: str
-    step: str                 # "pages", "chunks" or "embeddings"
-    failure: PageFailure
-    delivery_id: int | None
-
-
-@dataclass(frozen=True)
-class Skipped:
-    page_url: str
-    reason: str               # another batch holds the page now
-
-
-Event = Sourced | Staged | Switched | Failed | Skipped
 
 
 @dataclass

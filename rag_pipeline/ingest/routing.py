@@ -364,8 +364,7 @@ def _foreign_redirect(conn, pushed: str | None, page_url: str, page) -> str | No
         return None
     if origin == page_url:
         return None
-    row = conn.execute("SELECT site FROM pages WHERE url = %s", (origin,)).fetchone()
-    origin_site = row[0] if row else None
+    origin_site = pages.site_of(conn, origin)
     if origin_site is None and page.site is None:
         if urlsplit(origin).netloc == urlsplit(page_url).netloc:
             return None

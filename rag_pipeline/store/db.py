@@ -206,6 +206,16 @@ def _configure(conn: psycopg.Connection, statement_timeout_ms: int | None = None
         bound_statements(conn, statement_timeout_ms)
 
 
+def ping(conn: psycopg.Connection) -> None:
+    """The cheapest round trip: a health check's proof that the database answers."""
+    conn.execute("SELECT 1")
+
+
+async def ping_async(conn: psycopg.AsyncConnection) -> None:
+    """`ping` for the receiver's asynchronous connections."""
+    await conn.execute("SELECT 1")
+
+
 def statement_timeout_ms(seconds: float) -> int:
     """A timeout in seconds as PostgreSQL's milliseconds, rounded up: never 0, which PostgreSQL
     reads as no timeout at all."""

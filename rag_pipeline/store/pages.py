@@ -92,6 +92,12 @@ def locations(conn: psycopg.Connection, urls) -> dict[str, tuple[str | None, int
     return {url: found.get(url, (None, None)) for url in urls}
 
 
+def site_of(conn: psycopg.Connection, url: str) -> str | None:
+    """The site a page belongs to; None for a page of no declared site, or no page at all."""
+    row = conn.execute("SELECT site FROM pages WHERE url = %s", (url,)).fetchone()
+    return row[0] if row else None
+
+
 #: The content hash a tombstoned crawl is observed with: gone differs from any text.
 GONE = "gone"
 
