@@ -130,12 +130,14 @@ def backfill_plan(as_json: bool) -> None:
         active = spaces.active(conn)
         max_tokens, overlap_tokens = indexing_chunk_budget(settings, active)
         todo = pages.count_chunked_otherwise(conn, chunker_signature(max_tokens, overlap_tokens))
-        with progress("pages re-chunked", todo, every=max(200, todo // 10), show=not as_json) as advance:
+        # A plan re-cuts in memory only: its progress says so, not "re-chunked".
+        with progress("pages planned (cut in memory, nothing written)", todo, every=max(200, todo // 10),
+                      show=not as_json) as advance:
             result = plan(conn, active, max_tokens, overlap_tokens, on_progress=advance)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
-    click.echo(f"chunker {result.signature}: {result.pages} page(s) to re-chunk")
+    click.echo(f"chunker {result.signature}: {result.pages} page(s) would be re-chunked (a plan: nothing was changed)")
     click.echo(f"  their chunks once re-cut: {result.chunks_total}, {result.chunks_to_embed} of them to embed")
     click.echo(f"  tokens: {result.tokens_to_embed} to embed, {result.tokens_reused} reused")
     if result.pages:

@@ -139,8 +139,10 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert plan["chunks_total"] == chunks_before
         assert seen == []  # the plan never calls the embedder
         shown = CliRunner().invoke(cli, ["backfill", "plan"])      # not on a terminal: a plain last line
-        assert shown.stderr.splitlines() == ["  3 of 3 pages re-chunked"]
-        assert "3 page(s) to re-chunk" in shown.stdout
+        # It only planned: it says what a re-chunk would do, never that pages were re-chunked.
+        assert shown.stderr.splitlines() == ["  3 of 3 pages planned (cut in memory, nothing written)"]
+        assert "3 page(s) would be re-chunked (a plan: nothing was changed)" in shown.stdout
+        assert "re-chunked" not in shown.stderr
 
         requests = evaluate_sensor(pipeline.defs, "rechunk_sensor", instance).run_requests
         assert len(requests) == 1 and sorted(batch_pages(requests[0])) == urls   # one batch run
