@@ -215,7 +215,10 @@ def cadence_show(url: str) -> None:
     rules = by_site.of(row.site)
     rule = rules.rule_for(page_url)
     adapts = row.source == "default" and rules.adaptive and rule.adapt
-    label = (f"{row.source}, {'adaptive' if adapts else 'fixed'}" if row.source in ("default", "seed", "manual")
+    whose = f"site {row.site}'s rule" if row.site in by_site.sites else "rule"
+    # A cadence from a rule names the rule (a site's or the deployment's), not "default".
+    source = f"{whose} {rule.label}" if row.source == "default" else row.source
+    label = (f"{source}, {'adaptive' if adapts else 'fixed'}" if row.source in ("default", "seed", "manual")
              else row.source or "not assigned yet")
     click.echo(f"{page_url}: every {format_interval(row.recrawl_every)} ({label})")
     click.echo(f"  last crawled {describe_time(row.last_crawled_at, row.now)}, "
@@ -224,11 +227,15 @@ def cadence_show(url: str) -> None:
         click.echo(f"  redirects to {row.alias_of}: not recrawled")
     if row.deleted_at:
         click.echo(f"  tombstoned since {describe_time(row.deleted_at, row.now)}: re-checked slowly")
-    whose = f"site {row.site}'s rule" if row.site in by_site.sites else "rule"
     click.echo(f"  {whose} {rule.label}: every {format_interval(rule.every)}, "
                f"{format_interval(rule.floor)}–{format_interval(rule.ceiling)}")
-    rate = ("not estimated yet" if row.change_rate is None else
-            f"{row.change_rate * 86400:.3g} changes/day estimated {describe_time(row.derived_at, row.now)}")
+    if row.change_rate is None:
+        rate = "not estimated yet"
+    elif total == 0:   # the estimate is the prior alone: an assumption, not a measured rate
+        rate = (f"none observed yet (no crawl compared with an earlier one); {row.change_rate * 86400:.3g}/day "
+                f"assumed from its rule or its pattern's pages until then")
+    else:
+        rate = f"{row.change_rate * 86400:.3g} changes/day estimated {describe_time(row.derived_at, row.now)}"
     click.echo(f"  change rate: {rate}; observations: {total} ({changed} changed)")
     for o in newest:
         click.echo(f"    {describe_time(o.crawled_at, row.now)}: {'changed' if o.changed else 'unchanged'} "

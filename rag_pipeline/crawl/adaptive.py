@@ -92,10 +92,13 @@ def refresh(conn: psycopg.Connection, rules: SiteRules, settings: Settings, leas
             if not _moved(current[i], interval) and not _moved(page.change_rate, rate):
                 continue
             seen = len(page.intervals_s)
+            prior = f"a prior of {priors[i] * DAY_S:.3g}/day ({'its pattern' if by_rule[pattern[i]] else 'its rule'})"
+            # With no observation the rate is the prior's alone: assumed, never "estimated from 0".
+            evidence = (f"Estimated {rate * DAY_S:.3g} changes/day from {seen} observation(s) "
+                        f"({sum(page.changed)} changed) and {prior}" if seen else
+                        f"No change observed yet (0 observations): {rate * DAY_S:.3g} changes/day assumed from {prior}")
             why = (f"{explain_allocated(rate, interval, plan.price, Bounds(floors[k], ceilings[k]))}. "
-                   f"Estimated {rate * DAY_S:.3g} changes/day from {seen} observation(s) "
-                   f"({sum(page.changed)} changed) and a prior of {priors[i] * DAY_S:.3g}/day "
-                   f"({'its pattern' if by_rule[pattern[i]] else 'its rule'}); {_rule_name(page.site, rule_of[i].label)}: "
+                   f"{evidence}; {_rule_name(page.site, rule_of[i].label)}: "
                    f"every {format_interval(rule_of[i].every)}, {format_interval(timedelta(seconds=floors[k]))}"
                    f"–{format_interval(timedelta(seconds=ceilings[k]))}; budget {budget:.0f} pushes/day ({source})")
             updates.append((page.page_id, interval, rate, why))

@@ -49,7 +49,8 @@ def test_seed_the_sample_site_with_the_local_crawler(gate, conn, database_url, m
     # `auto` gives it back to its rule (*/pricing*: 1h) and the adaptive cadence.
     back = CliRunner().invoke(cli, ["cadence", "set", site.url("/pricing"), "auto"])
     assert back.exit_code == 0 and f"{page}: every 1h; adaptive from the next cadence refresh" in back.output
-    assert "every 1h (default, adaptive)" in CliRunner().invoke(cli, ["cadence", "show", site.url("/pricing")]).output
+    assert "every 1h (rule glob */pricing*, adaptive)" in CliRunner().invoke(
+        cli, ["cadence", "show", site.url("/pricing")]).output
     bad = CliRunner().invoke(cli, ["cadence", "set", site.url("/pricing"), "often"])
     assert bad.exit_code == 2 and "cannot read interval" in bad.output
 

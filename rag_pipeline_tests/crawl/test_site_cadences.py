@@ -91,3 +91,24 @@ def test_a_site_block_is_checked_when_the_site_loads():
         site_cadence({"tombstone_recheck": "7d"}, "shop")
     plain = SiteRules(load_rules())
     assert plain.of("shop") is plain.deployment and plain.every_for(SITE_PRICING, "shop") == timedelta(hours=1)
+
+
+def test_cadence_show_names_the_site_rule_and_estimates_nothing_from_no_observation(conn, database_url, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    get_settings.cache_clear()
+    with conn.transaction():
+        sites.sync_declared(conn, [SHOP])
+    rules = load_site_rules(conn, None)
+    register_seeds(conn, [Seed(SITE_PRICING, SITE_PRICING, None, 1)], rules)
+    conn.execute("UPDATE pages SET cadence_source = 'default' WHERE url = %s", (SITE_PRICING,))   # its rule's
+    # Never crawled twice: the refresh has only the rule's prior to go on.
+    adaptive.refresh(conn, rules, Settings(CRAWL_BUDGET_PER_DAY="100"), timedelta(minutes=10))
+    shown = CliRunner().invoke(cli, ["cadence", "show", SITE_PRICING])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].endswith("(site shop's rule glob */pricing*, adaptive)"), lines[0]
+    rate = next(line for line in lines if line.startswith("  change rate: "))
+    assert rate.startswith("  change rate: none observed yet (no crawl compared with an earlier one); ")
+    assert "assumed" in rate and "estimated" not in rate and rate.endswith("observations: 0 (0 changed)")
+    why = next(line for line in lines if line.startswith("  why this interval: "))
+    assert "No change observed yet (0 observations): " in why and "from 0 observation" not in why
