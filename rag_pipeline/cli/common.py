@@ -17,9 +17,33 @@ class CliError(click.ClickException):
     exit_code = 1
 
 
+class OneLineUsage(click.UsageError):
+    """A usage error as one line, `rag-pipeline: <message> (see <command> --help)`, exit 2: click's
+    four lines (usage, hint, blank, error) bury the message, and a script's log keeps one line."""
+
+    def show(self, file=None) -> None:
+        where = self.ctx.command_path if self.ctx is not None else "rag-pipeline"
+        message = " ".join(self.format_message().split("\n")).rstrip(".")   # "Did you mean" comes on a line of its own
+        click.echo(f"rag-pipeline: {message} (see {where} --help)", file=file, err=True)
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, (OneLineUsage, click.exceptions.NoArgsIsHelpError)):   # that one is the help itself
+        return exc
+    one = OneLineUsage(exc.format_message(), exc.ctx)
+    one.exit_code = exc.exit_code
+    return one
+
+
 class Commands(click.Group):
     """Turns the errors every command can meet (a bad setting, an unreachable or missing database)
-    into one line and exit 1."""
+    into one line and exit 1, and a usage error of any command, at any depth, into one line and exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:   # the top level's own options, or no command given
+            raise _one_line(exc) from None
 
     def invoke(self, ctx: click.Context):
         from rag_pipeline.store.db import DatabaseError
@@ -31,6 +55,8 @@ class Commands(click.Group):
                 return super().invoke(ctx)
         except (SettingsError, DatabaseError) as exc:
             raise CliError(str(exc)) from exc
+        except click.UsageError as exc:   # a subcommand's arguments, or its own BadParameter
+            raise _one_line(exc) from None
 
 
 def index_url() -> str:
