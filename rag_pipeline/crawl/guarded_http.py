@@ -6,11 +6,20 @@ The check happens where the socket is opened (a network backend of httpcore's): 
 resolved once, every address it resolves to must pass `core.addresses.refusal`, and the socket
 connects to the address that passed, so a DNS answer that changes after the check (rebinding)
 never reaches a refused address. TLS still verifies the certificate against the host name.
+
+The deadline bounds every socket operation too, not only the body's chunks: httpx's timeouts are
+per read, so a server that drips its response head (or a TLS handshake) a byte at a time, each
+within the read timeout, would hold a worker for as long as it liked. The streams this backend
+opens clip each connect, handshake, read and write to what is left of the current fetch's
+deadline (`_Deadline`, per thread: httpx's sync client does its I/O in the caller's thread), and
+refuse to start one once it has passed. Only the name's resolution (getaddrinfo) is not bounded
+by it: the system resolver's own timeouts apply.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -42,12 +51,67 @@ class Disallowed(Refused):
     nothing of it is delivered either."""
 
 
+class _Deadline(threading.local):
+    """The monotonic time the current thread's fetch must end by (None: no fetch under way)."""
+
+    at: float | None = None
+
+    @contextmanager
+    def until(self, at: float) -> Iterator[None]:
+        """Within: every socket operation of this thread ends by ``at``. Nested fetches (robots.txt
+        read while a page's hop is checked) have their own, and the outer one's comes back after."""
+        outer, self.at = self.at, at
+        try:
+            yield
+        finally:
+            self.at = outer
+
+    def clip(self, timeout: float | None, expired: type[Exception]) -> float | None:
+        """``timeout`` cut to what is left of the deadline; ``expired`` raised once none is left."""
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise expired("the fetch's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+_deadline = _Deadline()
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every operation ends by the current fetch's deadline (`_Deadline`)."""
+
+    def __init__(self, inner: httpcore.NetworkStream):
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _deadline.clip(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _deadline.clip(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        # The handshake is one operation under one timeout (CPython's ssl bounds it as a whole).
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
+                                                     _deadline.clip(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
+
+
 class _GuardedBackend(httpcore.SyncBackend):
     def __init__(self, allowed: tuple[Network, ...], resolve=socket.getaddrinfo):
         self.allowed = allowed
         self.resolve = resolve
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return _DeadlineStream(self._connect(host, port, timeout, local_address, socket_options))
+
+    def _connect(self, host, port, timeout, local_address, socket_options) -> httpcore.NetworkStream:
         try:
             infos = self.resolve(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
@@ -64,7 +128,8 @@ class _GuardedBackend(httpcore.SyncBackend):
         last: Exception | None = None
         for address in addresses:
             try:
-                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+                return super().connect_tcp(address, port, _deadline.clip(timeout, httpcore.ConnectTimeout),
+                                           local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
         raise last  # type: ignore[misc]
@@ -174,6 +239,21 @@ def fetch(client: httpx.Client, url: str, *, deadline_s: float, max_redirects: i
     that gave no answer (network, redirects, deadline); an HTTP error status is an answer.
     """
     deadline = time.monotonic() + deadline_s
+    with _deadline.until(deadline):
+        with _hops(client, url, deadline, deadline_s, max_redirects, headers, check) as answer:
+            yield answer
+
+
+def _late(exc: Exception, deadline: float, deadline_s: float) -> FetchError:
+    """A transport error as the fetch's failure: one past the deadline says so."""
+    if time.monotonic() >= deadline:
+        return FetchError(f"took longer than the fetch's deadline ({deadline_s:g} s)")
+    return FetchError(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def _hops(client: httpx.Client, url: str, deadline: float, deadline_s: float, max_redirects: int,
+          headers: dict[str, str] | None, check: Callable[[str], str | None] | None) -> Iterator[Fetch]:
     hops: list[str] = []
     current = url
     for _ in range(max_redirects + 1):
@@ -193,7 +273,7 @@ def fetch(client: httpx.Client, url: str, *, deadline_s: float, max_redirects: i
             where = f" (redirected from {hops[-1]})" if hops else ""
             raise Refused(f"refused {current}{where}: {exc}") from None
         except httpx.HTTPError as exc:
-            raise FetchError(f"{type(exc).__name__}: {exc}") from None
+            raise _late(exc, deadline, deadline_s) from None
         if response.is_redirect and response.next_request is not None:
             following = str(response.next_request.url)
             response.close()
@@ -205,7 +285,7 @@ def fetch(client: httpx.Client, url: str, *, deadline_s: float, max_redirects: i
         try:
             yield Fetch(str(response.url), response.status_code, response.headers, hops, response, deadline)
         except httpx.HTTPError as exc:
-            raise FetchError(f"{type(exc).__name__}: {exc}") from None
+            raise _late(exc, deadline, deadline_s) from None
         finally:
             response.close()
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import threading
 import time
 import tracemalloc
 import zlib
@@ -169,6 +170,85 @@ def test_a_site_that_drips_its_body_is_cut_at_the_fetch_deadline(public):
         fetched = fetch_markdown(c, public.url("/slow"), deadline_s=0.6)
     assert time.monotonic() - started < 2.5
     assert fetched.crawler_status == 520 and "deadline" in fetched.error
+
+
+class DrippingServer:
+    """A raw socket server on 127.0.0.2 that answers every connection with `prefix`, then one
+    byte every `every_s` seconds for as long as the client stays: a response head (or a TLS
+    handshake record) that does not end, each byte well within any read timeout. It hangs up
+    after `gives_up_s`, so that a fetch that is not cut fails the test instead of hanging it."""
+
+    def __init__(self, prefix: bytes, every_s: float = 0.3, gives_up_s: float = 8.0):
+        self.prefix, self.every_s, self.gives_up_s = prefix, every_s, gives_up_s
+        self.stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.2", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> DrippingServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.sock.close()
+        self.thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(5)
+                conn.recv(65536)              # the request (or ClientHello)
+                conn.sendall(self.prefix)
+                ends = time.monotonic() + self.gives_up_s
+                while not self.stop.wait(self.every_s) and time.monotonic() < ends:
+                    conn.sendall(b"x")
+            except OSError:                   # the client hung up: what the deadline must make it do
+                return
+
+
+@pytest.mark.parametrize("scheme, prefix", [
+    ("http", b"HTTP/1.1 200 OK\r\nX-Slow: "),                  # a header that never ends
+    ("https", b"\x16\x03\x03\x40\x00"),                         # a 16 KiB handshake record, dripped
+])
+def test_a_site_that_drips_its_response_head_is_cut_at_the_fetch_deadline(scheme, prefix):
+    """httpx's timeouts are per read: a byte every 0.3 s never trips a 5 s read timeout, so only
+    the fetch's deadline can end it, whether the head, the handshake or the body drips."""
+    with DrippingServer(prefix) as server, client() as c:
+        url = f"{scheme}://127.0.0.2:{server.port}/page"
+        started = time.monotonic()
+        with pytest.raises(FetchError, match="deadline"):
+            with fetch(c, url, deadline_s=1.5):
+                pass
+        assert time.monotonic() - started < 2.5
+        # The page fetch, as a crawler worker makes it: a failed crawl within the deadline.
+        started = time.monotonic()
+        fetched = fetch_markdown(c, url, deadline_s=1.5)
+        assert time.monotonic() - started < 2.5
+        assert fetched.crawler_status == 520 and "deadline" in fetched.error, fetched.error
+
+
+def test_robots_txt_and_sitemaps_that_drip_are_cut_at_the_fetch_deadline():
+    """robots.txt and sitemaps are read through the same fetch: a dripping one ends at the deadline
+    (robots.txt then counts as unreachable, which disallows the site for a while)."""
+    from rag_pipeline.crawl.robots_cache import RobotsCache
+
+    with DrippingServer(b"HTTP/1.1 200 OK\r\nX-Slow: ") as server, client() as c:
+        robots = RobotsCache(c, agent="rag-test/1", ttl_s=60, deadline_s=1.5)
+        started = time.monotonic()
+        reason = robots.why_disallowed(f"http://127.0.0.2:{server.port}/page")
+        assert time.monotonic() - started < 2.5
+        assert reason and "robots.txt unreachable" in reason and "deadline" in reason, reason
 
 
 def test_a_redirect_loop_is_a_failed_crawl_that_names_the_loop(public):
