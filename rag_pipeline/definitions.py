@@ -11,7 +11,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.components.site_component import SiteComponent, declared_sites, external_sites, unique_sites
+from rag_pipeline.components.site_component import declared_sites
+from rag_pipeline.components.site_folder import refuse_when_validating
 from rag_pipeline.core.location_holds import Holds
 from rag_pipeline.settings import location_settings
 
@@ -23,6 +24,7 @@ warnings.filterwarnings("ignore", message=r"Parameter `owners` of initializer `S
 
 @dg.definitions
 def defs() -> dg.Definitions:
+    refuse_when_validating()
     return held_by_location(whole_project(), location_settings().holds())
 
 
@@ -38,12 +40,9 @@ def whole_project() -> dg.Definitions:
         # beta parameters the assets use (backfill_policy), are not the user's to act on.
         for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
             warnings.simplefilter("ignore", category)
-        built = tree.build_defs()
-        external = external_sites()
-        # A site declared twice is refused naming both places, before Dagster's duplicate keys.
-        unique_sites([*tree.get_all_components(of_type=SiteComponent), *external])
-        built = dg.Definitions.merge(built, *(site.definitions() for site in external if site.enabled))
-        return _index_reads_every_site(built)
+        # The sites, the package's and SITES_DIR's, come from sites/defs.yaml's component
+        # (components/site_folder.py), which reads each site file on its own.
+        return _index_reads_every_site(tree.build_defs())
 
 
 # Every location applies the batches of the pages it holds, and routes deliveries (one router at a

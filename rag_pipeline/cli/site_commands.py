@@ -26,35 +26,42 @@ ONLY_RUNNING = ("declared by the running code location (its discovery sensor rec
 
 
 def _site(name: str, known_running: set[str] = frozenset()):
-    declared = _declared()
+    from rag_pipeline.components.site_files import declarations
+
+    found = declarations()
+    declared = {c.spec().name: c for c in found.sites}
     if name not in declared:
+        broken = next((p for p in found.problems if p.name == name), None)
+        if broken is not None:
+            raise UnknownSite(f"site {name!r} does not load: {broken.one_line()}")
         if name in known_running:
             raise UnknownSite(f"site {name!r} is {ONLY_RUNNING}; set it to read the site from here, or launch "
                               f"the job {name}_discovery in the Dagster UI")
-        known = ", ".join(sorted(set(declared) | set(known_running))) or "none (add one: dg scaffold defs SiteComponent sites/<name>)"
-        raise UnknownSite(f"no site {name!r} is declared; declared sites: {known}")
-    return declared[name]
+        raise UnknownSite(f"no site {name!r} is declared; declared sites: {every_site(found, known_running)}")
+    component = declared[name]
+    spec = component.spec()
+    return spec, component.cadence_rules(spec.name)
 
 
-def _ago(when, now) -> str:
-    from rag_pipeline.crawl.cadence_rules import describe_time
-
-    return describe_time(when, now, missing="never")
+def every_site(found, known_running: set[str] = frozenset()) -> str:
+    """Every site a name could mean, each marked unless it loads and is on: `site show` and
+    `site discover` list the same, whatever they were asked."""
+    marks: dict[str, str] = {c.spec().name: "" for c in found.sites}
+    for component in found.disabled:
+        name = component.name or component._folder
+        marks.setdefault(name, " (switched off here: enabled is false; the sample site is on under `make run`)")
+    for problem in found.problems:
+        marks.setdefault(problem.name, " (its file does not load: `rag-pipeline site check`)")
+    for name in known_running:
+        marks.setdefault(name, " (recorded by the running code location, not declared in this shell)")
+    return (", ".join(f"{n}{marks[n]}" for n in sorted(marks))
+            or "none (add one: dg scaffold defs SiteComponent sites/<name>)")
 
 
 def _reading_line(row: dict) -> str:
-    reading = row["last_reading"]
-    if reading is None:
-        return "never read"
-    if reading["finished_at"] is None:
-        return f"reading since {_ago(reading['started_at'], row['now'])}"
-    c = reading["counts"]
-    state = "complete" if reading["complete"] else f"INCOMPLETE, {len(reading['problems'])} problem(s)"
-    left_out = ", ".join(f"{c[k]} {k.replace('_', ' ')}" for k in ("disallowed", "out_of_scope", "invalid",
-                                                                  "refused_address") if c.get(k))
-    return (f"read {_ago(reading['finished_at'], row['now'])} ({state}): {c.get('listed', 0)} URLs in the sitemaps"
-            + (f" ({left_out})" if left_out else "")
-            + f", {c.get('new', 0)} new, {c.get('gone', 0)} gone, {c.get('lastmod_moved', 0)} lastmod moved")
+    from rag_pipeline.cli.site_views import reading_line
+
+    return reading_line(row)
 
 
 @click.group("site")
@@ -62,20 +69,40 @@ def site() -> None:
     """Declared sites (rag_pipeline/defs/sites/*/defs.yaml) and their discovery."""
 
 
+@site.command("check")
+def site_check() -> None:
+    """Read every site file (rag_pipeline/defs/sites/*/defs.yaml and SITES_DIR) as the code location
+    will: one line per bad one, `file:line: field: reason`, and exit 1; a deploy stops it first."""
+    from rag_pipeline.components.site_files import declarations
+
+    found = declarations()
+    for problem in found.problems:
+        click.echo(problem.one_line())
+    if found.problems:
+        raise click.exceptions.Exit(1)
+    off = f" ({len(found.disabled)} switched off)" if found.disabled else ""
+    click.echo(f"{len(found.sites) + len(found.disabled)} site(s) OK{off}")
+
+
 @site.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def site_list(as_json: bool) -> None:
-    """Each declared site: its pages by state and its last reading."""
+    """Each declared site: its pages by state and its last reading; a site whose file does not
+    load, with why."""
+    from rag_pipeline.components.site_files import declarations
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
-    declared = _declared()
+    found = declarations()
+    declared = set(found.names())
+    broken = {p.name: p for p in found.problems}
     with db.connection(index_url()) as conn:
         rows = {r["site"]: r for r in store.overview(conn)}
-    # The sites this shell declares, and those the running code location recorded.
-    names = sorted(set(declared) | set(rows))
+    # The sites this shell declares, those the running code location recorded, and the broken ones.
+    names = sorted(declared | set(rows) | set(broken))
     if as_json:
-        click.echo(json.dumps([{**rows.get(n, {"site": n}), "declared_here": n in declared} for n in names],
+        click.echo(json.dumps([{**rows.get(n, {"site": n}), "declared_here": n in declared,
+                                "does_not_load": broken[n].as_dict() if n in broken else None} for n in names],
                               default=str, indent=2))
         return
     if not names:
@@ -83,50 +110,24 @@ def site_list(as_json: bool) -> None:
         return
     for name in names:
         row = rows.get(name)
-        if row is None:
+        if name in broken:
+            click.echo(f"{name}: DOES NOT LOAD: {broken[name].one_line()}")
+        elif row is None:
             click.echo(f"{name}: declared, not read yet (its discovery sensor reads it within a minute of loading)")
-            continue
-        click.echo(f"{name}: {row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
-                   f"{row['tombstoned']} tombstoned, {row['due']} due; {_reading_line(row)}")
+        else:
+            click.echo(f"{name}: {row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
+                       f"{row['tombstoned']} tombstoned, {row['due']} due; {_reading_line(row)}")
 
 
 @site.command("show")
 @click.argument("name")
-def site_show(name: str) -> None:
-    """One site: what it declares, its pages by state, and its last reading with its problems."""
-    from rag_pipeline.components.site_component import describe
-    from rag_pipeline.store import db
-    from rag_pipeline.store import sites as store
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the same facts).")
+def site_show(name: str, as_json: bool) -> None:
+    """One site: what it declares, its pages by state, and its last reading with its problems; for
+    a site whose file does not load, why (file:line: field: reason), and exit 1."""
+    from rag_pipeline.cli.site_views import show_site
 
-    with db.connection(index_url()) as conn:
-        row = next((r for r in store.overview(conn) if r["site"] == name), None)
-        recorded = store.declared_row(conn, name)
-    if name in _declared():
-        spec, _rules = _site(name)
-        click.echo(describe(spec))
-        scope, exclude = spec.scope, spec.exclude
-    elif recorded is not None:
-        click.echo(f"{name}: up to {recorded['max_pages']:,} pages, read every {recorded['discover_every']} "
-                   f"({ONLY_RUNNING})")
-        scope, exclude = recorded["scope"], recorded["exclude"]
-    else:
-        _site(name)    # says which sites there are
-        return
-    click.echo(f"  scope (globs over normalized URLs): {', '.join(scope)}"
-               + (f"; excluding {', '.join(exclude)}" if exclude else ""))
-    if row is None:
-        click.echo("  not read yet")
-        return
-    click.echo(f"  pages: {row['pages']} ({row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
-               f"{row['tombstoned']} tombstoned, {row['due']} due, {row['never_crawled']} never crawled)")
-    click.echo(f"  last reading: {_reading_line(row)}")
-    reading = row["last_reading"]
-    if reading and reading["counts"]:
-        shown = {k: v for k, v in reading["counts"].items() if v}
-        click.echo("    " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items()))
-    for problem in (reading or {}).get("problems") or []:
-        click.echo(f"    problem: {problem}")
-    click.echo(f"  next reading: {_ago(row['next_reading_at'], row['now']) if row['next_reading_at'] else 'at once'}")
+    show_site(name, as_json)
 
 
 @site.command("discover")

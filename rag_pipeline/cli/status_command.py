@@ -38,6 +38,12 @@ def status(as_json: bool) -> None:
             "vector_scan": spaces.search_scan(conn),
             "lexical_scan": text_search.lexical_scan(conn),
         }
+    from rag_pipeline.cli.site_views import declared_state
+
+    declared = declared_state()
+    for row in report["sites"]:
+        row["declared"] = row["site"] in declared["declared"]
+    report["site_files_not_loading"] = declared["not_loading"]
     settings = get_settings()
     report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
                            else f"embedded at {db.embedded.pgdata_dir(settings)} ({settings.rag_home_source()})"),
@@ -119,7 +125,9 @@ def _print_status(report: dict) -> None:
             t.add_column(column, justify="left" if column in ("site", "last reading") else "right")
         for row in report["sites"]:
             reading = row["last_reading"]
-            if reading is None:
+            if not row["declared"]:
+                said = "no longer declared (no site file names it): its pages stay, in no site's discovery"
+            elif reading is None:
                 said = "never read"
             elif reading["finished_at"] is None:
                 said = "reading now"
@@ -130,6 +138,8 @@ def _print_status(report: dict) -> None:
             t.add_row(row["site"], *(f"{row[k]:,}" for k in ("live", "listed", "unlisted", "tombstoned", "due")),
                       said)
         console.print(t)
+    for problem in report["site_files_not_loading"]:
+        console.print(f"site {problem['name']} DOES NOT LOAD: {problem['problem']}", highlight=False, soft_wrap=True)
     checks = report["checks"]
     if "error" in checks:
         console.print(f"checks: {checks['instance']}: {checks['error']}", highlight=False)

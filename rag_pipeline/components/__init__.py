@@ -2,5 +2,6 @@
 rag_pipeline/defs/."""
 
 from rag_pipeline.components.site_component import SiteComponent
+from rag_pipeline.components.site_folder import SiteFolderComponent
 
-__all__ = ["SiteComponent"]
+__all__ = ["SiteComponent", "SiteFolderComponent"]

@@ -6,12 +6,10 @@ shard's), plus the sensor that reads the site on its cadence.
 No `from __future__ import annotations` here: Dagster's resolver reads these annotations at run time.
 """
 
-from pathlib import Path
 from typing import Optional
 
 import dagster as dg
-import yaml
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr
 
 from rag_pipeline.core.site_spec import PARTITION_CEILING, SiteError, SiteSpec
 from rag_pipeline.crawl.cadence_rules import CadenceError, CadenceRules, format_interval, parse_interval
@@ -23,19 +21,57 @@ class SiteScaffoldParams(dg.Model):
 
 
 class SiteScaffolder(dg.Scaffolder[SiteScaffoldParams]):
-    """Writes a commented defs.yaml for a new site."""
+    """Writes a commented defs.yaml for a new site, after checking it as the code location will
+    (components/site_files.py): a bad URL or a folder name that cannot be a site's name is refused
+    in one line, and nothing is written."""
 
     @classmethod
     def get_scaffold_params(cls) -> type[SiteScaffoldParams]:
         return SiteScaffoldParams
 
     def scaffold(self, request: dg.ScaffoldRequest[SiteScaffoldParams]) -> None:
+        import sys
+
+        from rag_pipeline.components.site_files import check_text
+
         params = request.params or SiteScaffoldParams()
-        sitemap = params.sitemap or "https://docs.example.com/sitemap.xml"
-        seeds = f"[{params.seed}]" if params.seed else "[]"
+        text = scaffold_text(request.type_name, params)
+        target = request.target_path / "defs.yaml"
+        checked = check_text(text, str(target), request.target_path.name) if text else None
+        if request.target_path.parent.name != "sites":
+            said = (f"{request.target_path}: a site goes in sites/<name> (dg scaffold defs SiteComponent "
+                    "sites/<name>), where the code location reads each site file on its own")
+        elif text is None or not isinstance(checked, SiteComponent):
+            said = checked.one_line() if checked is not None else (
+                "give --sitemap URL or --seed URL: where the site's pages are listed or start")
+        else:
+            said = None
+        if said:
+            print(f"dg scaffold: not written: {said}", file=sys.stderr)
+            if request.target_path.is_dir() and not any(request.target_path.iterdir()):
+                request.target_path.rmdir()     # dg makes the folder before asking us: left as found
+            raise SystemExit(1)
         request.target_path.mkdir(parents=True, exist_ok=True)
-        (request.target_path / "defs.yaml").write_text(SCAFFOLD.format(type=request.type_name, sitemap=sitemap,
-                                                                       seeds=seeds))
+        target.write_text(text)
+
+
+def scaffold_text(type_name: str, params: SiteScaffoldParams) -> Optional[str]:
+    """The new site's defs.yaml: its sitemap and seed as given. With only a seed, the sitemaps
+    line is an empty list beside a commented example (an example host would be put in scope and
+    read, and its failures would mark every reading incomplete). None without either."""
+    if not params.sitemap and not params.seed:
+        return None
+    sitemaps = (f"sitemaps: [{_quoted(params.sitemap)}]" if params.sitemap
+                else 'sitemaps: []   # e.g. ["https://docs.example.com/sitemap.xml"]')
+    seeds = f"[{_quoted(params.seed)}]" if params.seed else "[]"
+    return SCAFFOLD.format(type=type_name, sitemaps=sitemaps, seeds=seeds)
+
+
+def _quoted(url: str) -> str:
+    """A URL as a YAML double-quoted string (whatever it holds)."""
+    import json
+
+    return json.dumps(url)
 
 
 SCAFFOLD = """\
@@ -44,7 +80,7 @@ SCAFFOLD = """\
 type: {type}
 attributes:
   # Sitemaps (sitemap indexes and .xml.gz too); robots.txt `Sitemap:` lines are read as well.
-  sitemaps: ["{sitemap}"]
+  {sitemaps}
   # Pages to crawl even if no sitemap lists them.
   seeds: {seeds}
   # Globs over normalized URLs (https://host/path, * matches across /). Unset: the start hosts.
@@ -103,7 +139,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
         try:
             every = parse_interval(self.discover_every)
         except CadenceError as exc:
-            raise SiteError(f"site {name}: discover_every: {exc}") from None
+            raise SiteError(f"site {name}: discover_every: {exc}", ("discover_every",)) from None
         return SiteSpec(
             name=name, sitemaps=tuple(self.sitemaps), seeds=tuple(self.seeds),
             robots_sitemaps=self.robots_sitemaps, include=tuple(self.include), exclude=tuple(self.exclude),
@@ -148,78 +184,25 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                               sensors=[discovery_sensor(spec, job, at_load("discovery_interval_s"))])
 
 
-def sites_from_dir(folder: Path) -> list[SiteComponent]:
-    """The sites of SITES_DIR: each `<name>.yaml` in a site's defs.yaml form (`attributes:`, plain
-    values: no templates), named by the file unless it sets `name`."""
-    if not folder.is_dir():
-        raise SiteError(f"SITES_DIR {folder} is not a folder")
-    found = []
-    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-        try:
-            document = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise SiteError(f"{path}: {str(exc).splitlines()[0]}") from None
-        if not isinstance(document, dict) or not isinstance(document.get("attributes", {}), dict):
-            raise SiteError(f"{path}: expected a mapping with `attributes:`, as in a site's defs.yaml")
-        kind = document.get("type", "rag_pipeline.components.SiteComponent")
-        if not isinstance(kind, str) or kind.rsplit(".", 1)[-1] != SiteComponent.__name__:
-            raise SiteError(f"{path}: type {kind!r}: only SiteComponent files belong in SITES_DIR")
-        try:
-            component = SiteComponent.model_validate(document.get("attributes") or {})
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            where = ".".join(str(p) for p in problem["loc"])
-            raise SiteError(f"{path}: {where}: {problem['msg']}") from None
-        component._folder = path.stem
-        component._source = str(path)
-        found.append(component)
-    return found
-
-
-def unique_sites(components: list[SiteComponent]) -> list[SiteComponent]:
-    """The enabled sites, each name once: a name declared twice (in the package and SITES_DIR, or
-    two files) is refused, naming both places."""
-    seen: dict[str, SiteComponent] = {}
-    for component in components:
-        if not component.enabled:
-            continue
-        name = component.spec().name
-        if name in seen:
-            raise SiteError(f"site {name} is declared twice: {seen[name]._source} and {component._source}")
-        seen[name] = component
-    return list(seen.values())
-
-
 def describe(spec: SiteSpec) -> str:
     """One line for logs and the CLI."""
     pages = f"up to {spec.max_pages:,} pages" + (f" in {spec.shards} shards" if spec.shards > 1 else "")
-    return (f"{spec.name}: {len(spec.sitemaps)} sitemap(s), {len(spec.seeds)} seed(s), {pages}, "
+    # Where its sitemaps come from: those declared, and robots.txt's `Sitemap:` lines unless off.
+    sitemaps = f"{len(spec.sitemaps)} sitemap(s)" if spec.sitemaps else "no sitemap declared"
+    if spec.robots_sitemaps:
+        sitemaps += " and robots.txt's Sitemap: lines"
+    return (f"{spec.name}: {sitemaps}, {len(spec.seeds)} seed(s), {pages}, "
             f"read every {format_interval(spec.discover_every)}")
 
 
 
 def declared_sites() -> list[tuple[SiteSpec, Optional[CadenceRules]]]:
-    """Every enabled site of this code location, as the CLI sees them: the same component tree
-    the definitions are built from, loaded but not built."""
-    import importlib
-    import warnings
+    """Every enabled site that loads, as the CLI and the sensors see them: the same files the code
+    location is built from (components/site_files.py), a bad one left out (`site check` names it)."""
+    from rag_pipeline.components.site_files import declarations
 
-    with warnings.catch_warnings():
-        for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning):
-            warnings.simplefilter("ignore", category)
-        tree = dg.ComponentTree(defs_module=importlib.import_module("rag_pipeline.defs"),
-                                project_root=Path(__file__).resolve().parents[2])
-        components = unique_sites([*tree.get_all_components(of_type=SiteComponent), *external_sites()])
     found = []
-    for component in components:
+    for component in declarations().sites:
         spec = component.spec()
         found.append((spec, component.cadence_rules(spec.name)))
     return sorted(found, key=lambda pair: pair[0].name)
-
-
-def external_sites() -> list[SiteComponent]:
-    """SITES_DIR's sites, if it is set."""
-    from rag_pipeline.settings import location_settings
-
-    folder = location_settings().sites_dir
-    return sites_from_dir(Path(folder)) if folder else []

@@ -33,7 +33,12 @@ RESERVED_NAMES = frozenset({"all", "main"})
 
 
 class SiteError(ValueError):
-    """A site declaration that cannot work; the message names the field."""
+    """A site declaration that cannot work; the message names the field, and `field` holds it
+    apart (with the item's index for a list), so a file's problem can point at its line."""
+
+    def __init__(self, message: str, field: tuple = ()):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -59,31 +64,35 @@ class SiteSpec:
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise SiteError(f"site name {self.name!r}: use lower-case letters, digits and _ "
-                            "(starting with a letter, at most 40): it becomes asset keys and partition names")
+                            "(starting with a letter, at most 40): it becomes asset keys and partition names",
+                            ("name",))
         if self.name in RESERVED_NAMES:
-            raise SiteError(f"site name {self.name!r} is reserved (LOCATION_HOLDS uses it): choose another")
+            raise SiteError(f"site name {self.name!r} is reserved (LOCATION_HOLDS uses it): choose another",
+                            ("name",))
         for what, urls in (("sitemaps", self.sitemaps), ("seeds", self.seeds)):
-            for url in urls:
+            for index, url in enumerate(urls):
                 try:
                     normalize_url(url)
                 except InvalidURL as exc:
-                    raise SiteError(f"site {self.name}: {what}: {exc}") from None
+                    raise SiteError(f"site {self.name}: {what}: {exc}", (what, index)) from None
         if not (self.sitemaps or self.seeds):
-            raise SiteError(f"site {self.name}: declare at least one of sitemaps or seeds (where its pages start)")
+            raise SiteError(f"site {self.name}: declare at least one of sitemaps or seeds (where its pages start)",
+                            ("sitemaps",))
         if self.max_pages < 1:
-            raise SiteError(f"site {self.name}: max_pages must be at least 1")
+            raise SiteError(f"site {self.name}: max_pages must be at least 1", ("max_pages",))
         if not 1 <= self.shards <= 1_000:
-            raise SiteError(f"site {self.name}: shards must be between 1 and 1000")
+            raise SiteError(f"site {self.name}: shards must be between 1 and 1000", ("shards",))
         if self.crawler not in (None, "local", "crawlbase"):
-            raise SiteError(f"site {self.name}: crawler must be local or crawlbase, not {self.crawler!r}")
+            raise SiteError(f"site {self.name}: crawler must be local or crawlbase, not {self.crawler!r}",
+                            ("crawler",))
         try:
             site_boilerplate(self.boilerplate)
         except ValueError as exc:
-            raise SiteError(f"site {self.name}: boilerplate: {exc}") from None
+            raise SiteError(f"site {self.name}: boilerplate: {exc}", ("boilerplate",)) from None
         if not 0 <= self.link_depth <= 20:
-            raise SiteError(f"site {self.name}: link_depth must be between 0 (off) and 20")
+            raise SiteError(f"site {self.name}: link_depth must be between 0 (off) and 20", ("link_depth",))
         if self.discover_every < timedelta(minutes=1):
-            raise SiteError(f"site {self.name}: discover_every must be at least 1m")
+            raise SiteError(f"site {self.name}: discover_every must be at least 1m", ("discover_every",))
         scope = self.include or tuple(f"{origin}{tail}" for origin in self.start_origins() for tail in ("", "/*"))
         object.__setattr__(self, "scope", scope)
         object.__setattr__(self, "_rule", SiteScope(self.name, scope, self.exclude, self.shards))

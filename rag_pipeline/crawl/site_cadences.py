@@ -42,11 +42,11 @@ def site_cadence(block: dict | None, site: str) -> CadenceRules | None:
     if isinstance(block, dict) and "tombstone_recheck" in block:
         # claim_due re-checks every tombstone at one pace; a site's own would be silently ignored.
         raise SiteError(f"site {site}: cadence: tombstone_recheck is set for the whole deployment "
-                        "(CADENCE_FILE), not per site")
+                        "(CADENCE_FILE), not per site", ("cadence", "tombstone_recheck"))
     try:
         return rules_from(block, f"site {site}: cadence")
     except CadenceError as exc:
-        raise SiteError(str(exc)) from None
+        raise SiteError(str(exc), ("cadence",)) from None
 
 
 def load_site_rules(conn: psycopg.Connection, path: Path | None) -> SiteRules:

@@ -301,7 +301,8 @@ def declared_row(conn: psycopg.Connection, name: str) -> dict | None:
 def overview(conn: psycopg.Connection) -> list[dict]:
     """Each declared site's pages and its newest reading, for `status` and `site list`: one scan of
     the site pages grouped, one look at each site's newest reading."""
-    counts = {site: dict(zip(("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled"), rest))
+    counts = {site: dict(zip(("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled",
+                              "aliases"), rest))
               for site, *rest in conn.execute(
                   "SELECT site, count(*),"
                   " count(*) FILTER (WHERE listed_at IS NOT NULL AND unlisted_at IS NULL),"
@@ -309,7 +310,9 @@ def overview(conn: psycopg.Connection) -> list[dict]:
                   " count(*) FILTER (WHERE unlisted_at IS NOT NULL AND deleted_at IS NULL),"
                   " count(*) FILTER (WHERE deleted_at IS NOT NULL),"
                   " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now()),"
-                  " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL)"
+                  " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL),"
+                  # A redirect's source: a page of its own, counted apart (its text is its target's).
+                  " count(*) FILTER (WHERE alias_of IS NOT NULL)"
                   " FROM pages WHERE site IS NOT NULL GROUP BY site")}
     # A reading without a run is one `rag-pipeline site discover` made: an incomplete one says so,
     # and when the last complete reading was, rather than hide the sensor's good one.
@@ -319,7 +322,8 @@ def overview(conn: psycopg.Connection) -> list[dict]:
         "   now()"
         " FROM sites s LEFT JOIN LATERAL (SELECT * FROM site_readings WHERE site = s.name"
         "   ORDER BY reading_id DESC LIMIT 1) r ON true ORDER BY s.name").fetchall()
-    empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0}
+    empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0,
+             "aliases": 0}
     return [{"site": name, **counts.get(name, empty), "next_reading_at": next_at,
              "last_reading": None if started is None else {
                  "started_at": started, "finished_at": finished, "complete": complete,

@@ -34,7 +34,8 @@ def test_site_discover_reads_the_sample_site_and_show_tells_what_it_found(databa
         assert "not recorded in Dagster: no instance at" in result.output
         shown = CliRunner().invoke(cli, ["site", "show", "sample"])
     assert shown.exit_code == 0, shown.output
-    assert "sample: 1 sitemap(s), 1 seed(s), up to 1,000 pages, read every 2m" in shown.output
+    assert ("sample: 1 sitemap(s) and robots.txt's Sitemap: lines, 1 seed(s), up to 1,000 pages, read every 2m"
+            in shown.output)
     assert "pages: 6 (0 live, 5 listed, 0 unlisted, 0 tombstoned, 6 due, 6 never crawled)" in shown.output
     assert "disallowed 1" in shown.output
     listed = json.loads(CliRunner().invoke(cli, ["site", "list", "--json"]).output)
@@ -62,14 +63,82 @@ def test_an_unreadable_sitemap_exits_1_and_says_why(database_url, monkeypatch):
     assert result.exit_code == 1
     assert f"problem: {site.url('/sitemap.xml')}: answered 404" in result.output
     status = CliRunner().invoke(cli, ["status"])
-    assert "INCOMPLETE: " + site.url("/sitemap.xml") in status.output
+    assert "INCOMPLETE" in status.output and site.url("/sitemap.xml") + ": answered 404" in status.output
 
 
 def test_an_unknown_site_is_one_line_and_exit_1(database_url, monkeypatch):
     _env(monkeypatch, database_url, None)      # the sample site is off: no site declared
     result = CliRunner().invoke(cli, ["site", "show", "docs"])
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: no site 'docs' is declared; declared sites: none "
-                                     "(add one: dg scaffold defs SiteComponent sites/<name>)")
+    assert result.output.strip() == ("Error: no site 'docs' is declared; declared sites: sample (switched off "
+                                     "here: enabled is false; the sample site is on under `make run`)")
     listed = CliRunner().invoke(cli, ["site", "list"])
     assert listed.exit_code == 0 and listed.output.startswith("no sites declared")
+
+
+def _sites_dir(tmp_path, monkeypatch, files: dict[str, str]) -> Path:
+    folder = tmp_path / "sites"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    monkeypatch.setenv("SITES_DIR", str(folder))
+    get_settings.cache_clear()
+    return folder
+
+
+TYPO = "attributes:\n  seeds: [https://typo.example.com/]\n  sitemap: [https://typo.example.com/s.xml]\n"
+
+
+def test_a_bad_site_file_is_named_by_check_list_show_and_status_and_the_others_work(database_url, monkeypatch,
+                                                                                     tmp_path):
+    _env(monkeypatch, database_url, None)
+    folder = _sites_dir(tmp_path, monkeypatch, {"docs.yaml": "attributes:\n  seeds: [https://docs.example.com/]\n",
+                                                "typo.yaml": TYPO})
+    said = f"{folder / 'typo.yaml'}:3: sitemap: Extra inputs are not permitted: not a site field (did you mean sitemaps?)"
+    checked = CliRunner().invoke(cli, ["site", "check"])
+    assert checked.exit_code == 1 and checked.output == said + "\n"
+    listed = CliRunner().invoke(cli, ["site", "list"])
+    assert listed.exit_code == 0 and f"typo: DOES NOT LOAD: {said}" in listed.output.splitlines()
+    assert "docs: declared, not read yet" in listed.output
+    shown = CliRunner().invoke(cli, ["site", "show", "typo"])
+    assert shown.exit_code == 1 and shown.output.startswith(f"typo: DOES NOT LOAD: {said}\n"), shown.output
+    as_json = json.loads(CliRunner().invoke(cli, ["site", "show", "typo", "--json"]).output)
+    assert as_json["does_not_load"]["line"] == 3 and as_json["does_not_load"]["field"] == "sitemap"
+    healthy = CliRunner().invoke(cli, ["site", "show", "docs"])
+    assert healthy.exit_code == 0 and "Traceback" not in healthy.output
+    assert healthy.output.startswith("docs: no sitemap declared and robots.txt's Sitemap: lines, 1 seed(s)")
+    assert f"(another site file does not load: {said})" in healthy.output
+    status = CliRunner().invoke(cli, ["status"])
+    assert status.exit_code == 0 and f"site typo DOES NOT LOAD: {said}" in status.output, status.output
+    report = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)
+    assert [p["problem"] for p in report["site_files_not_loading"]] == [said]
+
+    (folder / "typo.yaml").write_text(TYPO.replace("sitemap:", "sitemaps:"))
+    fixed = CliRunner().invoke(cli, ["site", "check"])
+    assert fixed.exit_code == 0 and fixed.output == "3 site(s) OK (1 switched off)\n"
+
+
+def test_show_and_discover_of_an_unknown_site_list_the_same_sites(database_url, monkeypatch, tmp_path):
+    _env(monkeypatch, database_url, None)
+    _sites_dir(tmp_path, monkeypatch, {"docs.yaml": "attributes:\n  seeds: [https://docs.example.com/]\n",
+                                       "typo.yaml": TYPO})
+    shown = CliRunner().invoke(cli, ["site", "show", "nosuch"])
+    discovered = CliRunner().invoke(cli, ["site", "discover", "nosuch"])
+    assert shown.exit_code == discovered.exit_code == 1
+    assert shown.output == discovered.output == (
+        "Error: no site 'nosuch' is declared; declared sites: docs, sample (switched off here: enabled is false; "
+        "the sample site is on under `make run`), typo (its file does not load: `rag-pipeline site check`)\n")
+
+
+def test_a_site_whose_file_was_removed_reads_no_longer_declared_in_status(database_url, conn, monkeypatch):
+    from rag_pipeline.core.site_spec import SiteSpec
+    from rag_pipeline.store import sites as sites_store
+
+    _env(monkeypatch, database_url, None)
+    with conn.transaction():
+        sites_store.sync_declared(conn, [SiteSpec(name="gone", seeds=("https://gone.example.com/",))])
+    status = CliRunner().invoke(cli, ["status"])
+    assert status.exit_code == 0
+    [line] = [line for line in status.output.splitlines() if line.strip().startswith("gone")]
+    assert "no longer declared" in line and "INCOMPLETE" not in line
+    assert json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["sites"][0]["declared"] is False

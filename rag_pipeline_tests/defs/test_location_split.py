@@ -7,7 +7,8 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.components.site_component import declared_sites
-from rag_pipeline.core.site_spec import SiteError, SiteSpec
+from rag_pipeline.components.site_files import declarations
+from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.core.location_holds import HoldsError
 from rag_pipeline.store import sites as sites_store
 from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
@@ -55,21 +56,25 @@ def test_sites_dir_is_read_beside_another_bad_setting(sites_dir, monkeypatch):
     assert {spec.name for spec, _ in declared_sites()} == {"alpha", "beta"}
 
 
-def test_a_site_declared_twice_is_refused_naming_both_files(sites_dir):
+def test_a_site_declared_twice_loads_once_and_the_second_file_is_named(sites_dir):
     (sites_dir / "beta2.yml").write_text("attributes:\n  name: beta\n  seeds: [https://beta.example.org/]\n")
-    with pytest.raises(SiteError, match=r"site beta is declared twice: .*beta.yaml and .*beta2.yml"):
-        declared_sites()
-    with pytest.raises(SiteError, match="declared twice"):
-        load_defs()
+    assert {spec.name: spec.seeds for spec, _ in declared_sites()}["beta"] == ("https://beta.example.com/",)
+    problems = declarations().problems
+    assert [p.one_line() for p in problems] == [
+        f"{sites_dir / 'beta2.yml'}:2: name: site beta is declared twice: also in {sites_dir / 'beta.yaml'} "
+        "(that one is loaded)"]
+    keys = {k.to_user_string() for k in load_defs().resolve_asset_graph().get_all_asset_keys()}
+    assert {"beta/discovery", "beta_bad_file/discovery"} <= keys
 
 
-def test_a_bad_sites_dir_file_names_the_file_and_field(sites_dir):
-    (sites_dir / "gamma.yaml").write_text("attributes:\n  max_pages: lots\n")
-    with pytest.raises(SiteError, match=r"gamma.yaml: max_pages: "):
-        declared_sites()
+def test_a_bad_sites_dir_file_names_the_file_line_and_field_and_the_others_load(sites_dir):
+    (sites_dir / "gamma.yaml").write_text("attributes:\n  seeds: [https://gamma.example.com/]\n  max_pages: lots\n")
+    assert {spec.name for spec, _ in declared_sites()} == {"alpha", "beta"}
+    [problem] = declarations().problems
+    assert problem.one_line() == (f"{sites_dir / 'gamma.yaml'}:3: max_pages: Input should be a valid integer, "
+                                  "unable to parse string as an integer")
     (sites_dir / "gamma.yaml").write_text("type: some.OtherComponent\nattributes: {}\n")
-    with pytest.raises(SiteError, match="only SiteComponent files belong in SITES_DIR"):
-        declared_sites()
+    assert "only sites belong here" in declarations().problems[0].one_line()
 
 
 def test_the_locations_together_are_the_whole_project_each_part_once(sites_dir, monkeypatch):
