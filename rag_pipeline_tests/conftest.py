@@ -24,7 +24,7 @@ from rag_pipeline.store import db, embedded, schema
 # other's runs past their waits.
 LONG_FILES = (
     "test_daemon_kills.py", "test_fuzz_openapi.py", "test_sites_daemon.py", "test_fuzz.py",
-    "test_daemon_batches.py", "test_database_restart.py", "test_checks.py", "test_adaptive_cadence_e2e.py",
+    "test_daemon_batches.py", "test_database_restart.py", "test_make_run_terminal.py", "test_checks.py", "test_adaptive_cadence_e2e.py",
     "test_search_filters.py", "test_chunking.py", "test_bulk_index.py", "test_batches.py",
 )
 

@@ -19,18 +19,41 @@ export WEBHOOK_PORT
 # is read by its discovery sensor as soon as Dagster loads, and its pages pushed by recrawl_sensor.
 export SAMPLE_SITE_URL="${SAMPLE_SITE_URL:-http://127.0.0.1:$SITE_PORT}"
 users_query_token="${QUERY_API_TOKEN:-}"
+# Quiet by default: each service writes to its own log under $RAG_HOME/logs (the previous start's
+# kept as *.log.1), and this terminal shows the banner once every service answers, errors, and one
+# line a batch (`rag-pipeline follow`). VERBOSE=1 prints everything here, as before, run events
+# at DEBUG included.
+VERBOSE="${VERBOSE:-0}"
+started_at="$(date +%s)"
+echo "starting rag-pipeline… (services log to ${RAG_HOME:-$PWD/.rag}/logs)"
 # shellcheck source=scripts/setup.sh
 source scripts/setup.sh
 # What this script set, for the runbook's commands in other shells (docs/configuration.md).
 write_run_env CRAWLER CRAWLER_ALLOW_NETWORKS WEBHOOK_PORT SAMPLE_SITE_URL DAGSTER_HOME
 
+LOGS="$RAG_HOME/logs"
+mkdir -p "$LOGS"
+for log in db webhook query_api site dagster; do
+  if [ -s "$LOGS/$log.log" ]; then mv -f "$LOGS/$log.log" "$LOGS/$log.log.1"; fi
+done
+log_to() {  # where a service writes: its log file, or this terminal with VERBOSE=1
+  if [ "$VERBOSE" = 1 ]; then echo /dev/stdout; else echo "$LOGS/$1"; fi
+}
+# deploy/dagster.yaml keeps a run's console output at INFO (every event still goes to the instance).
+[ "$VERBOSE" != 1 ] || sed -i 's/^\(  python_log_level:\) INFO$/\1 DEBUG/' "$DAGSTER_HOME/dagster.yaml"
+
 pids=()
 dagster_pid=
+follow_pid=
 cleanup() {
   # A second signal (make forwards the one it got; Ctrl-C pressed twice) must not cut the cleanup
   # short and orphan what it has not stopped yet.
   trap '' INT TERM
   trap - EXIT
+  # These jobs are stopped on purpose: no "Terminated …" notice for each (bash still reaps them).
+  disown -a 2>/dev/null || true
+  # The terminal's follower first: nothing is printed after the stop but the line that says so.
+  if [ -n "$follow_pid" ]; then kill -TERM -- "-$follow_pid" 2>/dev/null || kill -TERM "$follow_pid" 2>/dev/null || true; fi
   # Dagster first, and only `dg dev` itself: it stops its daemon and webserver, then its code
   # server. A signal to its whole group would stop the code server under a sensor tick in flight,
   # and the daemon would log a clean stop as user code unreachable.
@@ -50,6 +73,7 @@ cleanup() {
   wait 2>/dev/null || true
 }
 stopped() {  # Ctrl-C or TERM: what the user asked for, so a clean stop is a success, not make's "Error 143"
+  printf 'stopping… '
   cleanup
   echo "stopped: receiver, query API and Dagster; the database keeps running (rag-pipeline db stop)"
   exit 0
@@ -61,38 +85,44 @@ DEFAULT_SIGNALS=("$BIN/python" scripts/reset_signals.py)
 if [ -z "${DATABASE_URL:-}" ]; then
   # A killed or crashed embedded server is started again within seconds (WAL replay keeps every
   # committed delivery); meanwhile the receiver answers 503 and the crawler re-sends.
-  "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" db watch &
+  "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" db watch >>"$(log_to db.log)" 2>&1 &
   pids+=($!)
 fi
-"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" >>"$(log_to webhook.log)" 2>&1 &
 pids+=($!)
-"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" serve --host 127.0.0.1 --port "$QUERY_API_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" serve --host 127.0.0.1 --port "$QUERY_API_PORT" >>"$(log_to query_api.log)" 2>&1 &
 pids+=($!)
-"${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT" >>"$(log_to site.log)" 2>&1 &
 pids+=($!)
 # `dg dev` with a workspace runs what `dagster dev` runs, without its "superseded" warning.
-"${DEFAULT_SIGNALS[@]}" "$BIN/dg" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" &
+"${DEFAULT_SIGNALS[@]}" "$BIN/dg" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" >>"$(log_to dagster.log)" 2>&1 &
 dagster_pid=$!
 pids+=($!)
 
-wait_for() {  # url, seconds
+wait_for() {  # url, seconds, the log of the service that answers it
   for _ in $(seq 1 "$2"); do
     if "$BIN/python" -c "import httpx,sys; sys.exit(0 if httpx.get('$1', timeout=2).status_code < 500 else 1)" 2>/dev/null; then
       return 0
     fi
     sleep 1
   done
-  echo "timed out waiting for $1" >&2
+  echo "timed out waiting for $1; the end of $LOGS/$3:" >&2
+  [ "$VERBOSE" = 1 ] || tail -n 5 "$LOGS/$3" >&2 || true
   return 1
 }
-wait_for "http://127.0.0.1:$WEBHOOK_PORT/healthz" 60
-wait_for "http://127.0.0.1:$QUERY_API_PORT/healthz" 60
-wait_for "http://127.0.0.1:$DAGSTER_PORT/server_info" 180
+wait_for "http://127.0.0.1:$WEBHOOK_PORT/healthz" 60 webhook.log
+wait_for "http://127.0.0.1:$QUERY_API_PORT/healthz" 60 query_api.log
+wait_for "http://127.0.0.1:$DAGSTER_PORT/server_info" 180 dagster.log
 
 # Nothing to seed: the sample site's discovery sensor reads its robots.txt and sitemap within a
 # minute of Dagster's start, and recrawl_sensor pushes the pages it registers to the local crawler,
 # which delivers them through the receiver exactly as Crawlbase would.
-wait_for "http://127.0.0.1:$SITE_PORT/" 30
+wait_for "http://127.0.0.1:$SITE_PORT/" 30 site.log
+if [ "$VERBOSE" != 1 ]; then
+  # One line a batch run that ends, a run that fails, an error a service logs (from the start on).
+  "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" follow --since "$started_at" --logs "$LOGS" &
+  follow_pid=$!
+fi
 
 provider="${EMBEDDING_PROVIDER:-}"
 [ -n "$provider" ] || { [ -n "${OPENAI_API_KEY:-}" ] && provider=openai || provider=local; }
@@ -111,7 +141,8 @@ cat <<MSG
     Query API  : curl -s http://127.0.0.1:$QUERY_API_PORT/search -H "Authorization: Bearer $token_hint" \\
                    -H 'Content-Type: application/json' -d '{"question": "how do I rotate the webhook token?"}'
     Status     : .venv/bin/rag-pipeline status
-  Ctrl-C stops the receiver and Dagster; the database keeps running (rag-pipeline db stop).
+    Logs       : $LOGS/{dagster,webhook,query_api,site,db}.log   (VERBOSE=1 make run prints them here)
+  Below: one line a batch, and errors. Ctrl-C stops the receiver and Dagster; the database keeps running (rag-pipeline db stop).
 
 MSG
 wait
