@@ -60,3 +60,15 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
     if when is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+# A site reading that met a problem (a sitemap down, robots.txt unreachable) is tried again this
+# soon, doubling with each such reading in a row up to an hour, and never later than the site's own
+# cadence: a passing fault must not leave a daily site unread, and unlisted pages unjudged, for a day.
+READING_RETRY_FIRST_S = 120.0
+READING_RETRY_CAP_S = 3600.0
+
+
+def reading_retry_s(every_s: float, failures: int) -> float:
+    """Seconds until the next reading after `failures` incomplete readings in a row (≥ 1)."""
+    return min(every_s, READING_RETRY_CAP_S, READING_RETRY_FIRST_S * 2.0 ** max(0, failures - 1))

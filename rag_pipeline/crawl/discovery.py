@@ -21,7 +21,9 @@ import psycopg
 
 from rag_pipeline.core.addresses import Network, host_refusal
 from rag_pipeline.core.links import links_in
+from rag_pipeline.core.retrying import reading_retry_s
 from rag_pipeline.core.robots import DISALLOW_ALL, Robots
+from rag_pipeline.core.sitemap_notes import served_note
 from rag_pipeline.core.sitemaps import MAX_UNCOMPRESSED_BYTES, Entry, SitemapError, SitemapParser
 from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
@@ -38,7 +40,9 @@ MAX_INDEX_DEPTH = 2
 FIGURES = ("files_read", "files_failed", "listed", "in_scope", "new", "gone", "lastmod_moved", "disallowed",
            "over_cap", "out_of_scope", "invalid", "refused_address", "over_file_limit", "adopted",
            "claimed_by_other_site", "seeds_registered", "link_pages_read", "links_found", "new_from_links",
-           "unlisted_total")
+           "links_left_out", "unlisted_total")
+# URLs left out of a reading, by why: those of the sitemaps (link discovery's are `links_left_out`).
+LEFT_OUT = ("disallowed", "out_of_scope", "invalid", "refused_address")
 
 
 @dataclass
@@ -51,8 +55,11 @@ class ReadingResult:
 
     @property
     def summary(self) -> str:
-        shown = ", ".join(f"{self.counts[k]} {k.replace('_', ' ')}" for k in ("listed", "new", "gone", "lastmod_moved")
-                          if k in self.counts)
+        # "gone" is what the reading no longer lists: each such page is crawled once, and that crawl
+        # decides (404/410 tombstones it, 200 keeps it unlisted): `site show` counts each state.
+        names = {"gone": "no longer listed"}
+        shown = ", ".join(f"{self.counts[k]} {names.get(k, k.replace('_', ' '))}"
+                          for k in ("listed", "new", "gone", "lastmod_moved") if k in self.counts)
         state = "complete" if self.complete else f"incomplete ({len(self.errors)} problem(s))"
         return f"{state}: {shown}"
 
@@ -139,8 +146,7 @@ class _Reader:
             if not self.cut_short:
                 self.take(parser.close(), parser, children)
         except SitemapError as exc:
-            served = f" (served as {content_type.split(';')[0]})" if content_type else ""
-            return self.failed(url, f"{exc}{served}")
+            return self.failed(url, f"{exc}{served_note(str(exc), content_type)}")
         except FetchError as exc:
             return self.failed(url, str(exc))
         self.counts["files_read"] += 1
@@ -202,6 +208,9 @@ class _Reader:
         reading, one hop further each, within the depth limit and the page cap. The same filters
         as a sitemap's URLs (address, scope, robots.txt)."""
         found: dict[str, store.Listed] = {}
+        # The left-out figures are the sitemaps'; what the links lead to that is left out is
+        # counted apart (`links_left_out`), so a reading's line adds up.
+        before = {k: self.counts[k] for k in LEFT_OUT}
 
         def register() -> None:
             added, over = store.register_links(self.conn, self.spec.name, list(found.values()),
@@ -221,6 +230,9 @@ class _Reader:
             if len(found) >= STAGE_ROWS:
                 register()
         register()
+        for k in LEFT_OUT:
+            self.counts["links_left_out"] += self.counts[k] - before[k]
+            self.counts[k] = before[k]
 
     def failed(self, url: str, reason: str) -> None:
         self.counts["files_failed"] += 1
@@ -257,6 +269,10 @@ def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
     if reader.counts["over_cap"]:
         reader.problem(f"{reader.counts['over_cap']} new URL(s) over the site's page cap ({spec.max_pages}): "
                        "not registered")
+    next_in = spec.discover_every
+    if not complete:    # soon, and later with each failed reading in a row (core/retrying.py)
+        failures = store.incomplete_in_a_row(conn, spec.name) + 1
+        next_in = timedelta(seconds=reading_retry_s(spec.discover_every.total_seconds(), failures))
     store.finish_reading(conn, reading, complete=complete, counts=dict(reader.counts), errors=reader.errors,
-                         next_in=spec.discover_every)
+                         next_in=next_in)
     return ReadingResult(reading.reading_id, complete, reader.counts, reader.errors, examples)

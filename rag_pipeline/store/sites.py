@@ -283,6 +283,13 @@ def register_links(conn: psycopg.Connection, site: str, rows: list[Listed], *, m
     return added, unknown - added
 
 
+def incomplete_in_a_row(conn: psycopg.Connection, site: str, limit: int = 12) -> int:
+    """How many of the site's newest finished readings, in a row, met a problem (at most `limit`)."""
+    rows = conn.execute("SELECT complete FROM site_readings WHERE site = %s AND finished_at IS NOT NULL"
+                        " ORDER BY reading_id DESC LIMIT %s", (site, limit)).fetchall()
+    return next((n for n, (complete,) in enumerate(rows) if complete), len(rows))
+
+
 def newest_reading(conn: psycopg.Connection, site: str) -> Reading | None:
     row = conn.execute(
         "SELECT reading_id, site, started_at, finished_at, complete, counts, errors FROM site_readings"

@@ -241,7 +241,8 @@ def test_link_discovery_follows_in_scope_links_to_its_depth_limit(conn, site):
     write("/", "[a](/a) [b](b) [away](https://elsewhere.example/x) [keep out](/private/p) [a again](/a#s)")
     result = read(conn, spec)
     assert (result.counts["links_found"], result.counts["new_from_links"]) == (2, 2)
-    assert (result.counts["disallowed"], result.counts["out_of_scope"]) == (1, 1)
+    # What the links led to that was left out is counted apart from the sitemaps' figures.
+    assert (result.counts["disallowed"], result.counts["out_of_scope"], result.counts["links_left_out"]) == (0, 0, 2)
     assert depths() == {f"{https}/a": 1, f"{https}/b": 1}
     by, due = conn.execute("SELECT discovered_by, next_crawl_at <= now() FROM pages WHERE url = %s",
                            (f"{https}/a",)).fetchone()
@@ -257,3 +258,37 @@ def test_link_discovery_follows_in_scope_links_to_its_depth_limit(conn, site):
     result = read(conn, spec)
     assert (result.counts["new_from_links"], result.counts["over_cap"]) == (1, 2)
     assert len(depths()) == 4
+
+
+def test_a_failed_reading_is_tried_again_soon_and_later_each_time(conn, site):
+    """Not at the site's daily cadence: 2 minutes, then 4, 8 …, at most an hour (and the cadence)."""
+    from rag_pipeline.store import sites
+
+    spec = spec_for(site)         # discover_every 1d; /sitemap.xml answers 404
+    with conn.transaction():
+        sites.sync_declared(conn, [spec])
+
+    def next_in() -> timedelta:
+        at, started = conn.execute("SELECT s.next_discovery_at, r.started_at FROM sites s JOIN site_readings r"
+                                   " ON r.site = s.name ORDER BY r.reading_id DESC LIMIT 1").fetchone()
+        return at - started
+
+    for expected in (2, 4, 8):
+        assert not read(conn, spec).complete
+        assert next_in() == timedelta(minutes=expected)
+    site.set_raw("/sitemap.xml", urlset(site.base_url, ["/a"]))
+    assert read(conn, spec).complete and next_in() == timedelta(days=1)
+
+
+@pytest.mark.parametrize("error, content_type, note", [
+    ("DTDs are not allowed in a sitemap", "application/gzip", ""),
+    ("not XML: mismatched tag at line 1", "application/xml", ""),
+    ("not XML: syntax error at line 1", "image/png", " (served as image/png)"),
+    ("not a sitemap: root element <html>", "text/html; charset=utf-8", " (served as text/html)"),
+    ("not gzip data (it does not start with 1f 8b)", "application/gzip", " (served as application/gzip)"),
+    ("larger than 52428800 bytes uncompressed", "application/gzip", ""),
+])
+def test_the_content_type_is_named_only_where_it_explains_the_error(error, content_type, note):
+    from rag_pipeline.core.sitemap_notes import served_note
+
+    assert served_note(error, content_type) == note

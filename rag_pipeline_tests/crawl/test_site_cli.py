@@ -30,7 +30,7 @@ def test_site_discover_reads_the_sample_site_and_show_tells_what_it_found(databa
         result = CliRunner().invoke(cli, ["site", "discover", "sample"])
         assert result.exit_code == 0, result.output
         # The generated sitemap lists six pages, robots.txt disallows /drafts/; the old guide is the seed.
-        assert result.output.startswith("sample: complete: 6 listed, 5 new, 0 gone, 0 lastmod moved")
+        assert result.output.startswith("sample: complete: 6 listed, 5 new, 0 no longer listed, 0 lastmod moved")
         assert "not recorded in Dagster: no instance at" in result.output
         shown = CliRunner().invoke(cli, ["site", "show", "sample"])
     assert shown.exit_code == 0, shown.output
@@ -52,6 +52,7 @@ def test_site_discover_reads_the_sample_site_and_show_tells_what_it_found(databa
     assert listed.exit_code == 0 and listed.output.startswith("sample: 0 live, 5 listed"), listed.output
     shown = CliRunner().invoke(cli, ["site", "show", "sample"])
     assert shown.exit_code == 0 and "not in this shell" in shown.output and "pages: 6" in shown.output
+    assert "read every 2m" in shown.output and "0:02:00" not in shown.output
     refused = CliRunner().invoke(cli, ["site", "discover", "sample"])
     assert refused.exit_code == 1 and "SAMPLE_SITE_URL" in refused.output
 
@@ -142,3 +143,12 @@ def test_a_site_whose_file_was_removed_reads_no_longer_declared_in_status(databa
     [line] = [line for line in status.output.splitlines() if line.strip().startswith("gone")]
     assert "no longer declared" in line and "INCOMPLETE" not in line
     assert json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["sites"][0]["declared"] is False
+
+
+def test_the_pages_line_adds_up_when_a_redirect_alias_is_among_them():
+    from rag_pipeline.cli.site_views import pages_line
+
+    row = {"pages": 6, "live": 5, "listed": 5, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0,
+           "aliases": 1}
+    assert pages_line(row) == ("6 (5 live, 5 listed, 0 unlisted, 0 tombstoned, 0 due, 0 never crawled; 1 of the 6 "
+                               "is a redirect alias (its URL redirects to a page counted here))")
