@@ -43,7 +43,12 @@ class FetchError(Exception):
 
 
 class Refused(FetchError):
-    """A hop to an address the guard does not allow: never connected to."""
+    """A hop to an address the guard does not allow: never connected to. `url`: that hop, when
+    `fetch` knows it (robots.txt tells its own origin's refusal from a redirect's by it)."""
+
+    def __init__(self, message: str, url: str | None = None):
+        super().__init__(message)
+        self.url = url
 
 
 class Disallowed(Refused):
@@ -271,7 +276,7 @@ def _hops(client: httpx.Client, url: str, deadline: float, deadline_s: float, ma
             response = client.send(request, stream=True, follow_redirects=False)
         except Refused as exc:
             where = f" (redirected from {hops[-1]})" if hops else ""
-            raise Refused(f"refused {current}{where}: {exc}") from None
+            raise Refused(f"refused {current}{where}: {exc}", url=current) from None
         except httpx.HTTPError as exc:
             raise _late(exc, deadline, deadline_s) from None
         if response.is_redirect and response.next_request is not None:

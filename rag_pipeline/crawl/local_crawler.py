@@ -159,12 +159,9 @@ class LocalCrawler:
         """Why robots.txt forbids this hop, for `guarded_http.fetch`; None lets it through."""
         if self._robots is None:
             return None
-        try:
-            return self._robots.why_disallowed(url)
-        except Refused:
-            # robots.txt of an origin the guard refuses: the hop is refused as it connects,
-            # with a reason that names it and where it was redirected from.
-            return None
+        # robots.txt redirected to a refused address disallows its origin; an origin the guard
+        # refuses itself is let through here, to be refused as it connects with the guard's reason.
+        return self._robots.why_disallowed(url)
 
     def _failed(self, rid: str, reason: str) -> None:
         with self._idle:

@@ -1,9 +1,12 @@
 """Each origin's robots.txt, fetched once per TTL through the network guard and shared by every
 worker thread (RFC 9309: a 4xx means no rules, a 5xx or no answer means no crawling for now).
 
-A file that could not be had is remembered for a short time only, so a site's outage blocks it
-for minutes, not for the whole TTL; an address the guard refuses is never remembered (the page
-fetch is refused anyway, with its own reason).
+A file that could not be had (no answer, a 5xx, the deadline) is remembered for a short time
+only, so a site's outage blocks it for minutes, not for the whole TTL. One the guard refuses is
+remembered for the whole TTL, as a file would be: the guard's verdict does not change while the
+process runs. A robots.txt that redirects to a refused address is unreachable, so nothing of its
+origin is fetched (RFC 9309 2.3.1.4), never "no robots.txt", which would let every page through;
+when the origin itself is refused, its pages are refused as they connect, with that reason.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class _Entry:
     robots: Robots
     expires: float
     unreachable: str | None = None   # why the file could not be had: everything is disallowed
+    refused: Refused | None = None   # the guard refused it (`rules_for` raises it again)
+    origin_refused: bool = False     # ...at the origin itself: its pages are refused as they connect
 
 
 class RobotsCache:
@@ -59,7 +64,12 @@ class RobotsCache:
         self._lock = threading.Lock()
 
     def rules_for(self, url: str) -> Robots:
-        return self._entry(origin_of(url)).robots
+        """The origin's rules; `Refused` (remembered like an answer) when the guard refused its
+        robots.txt, so that a reading can say why nothing of it was registered."""
+        entry = self._entry(origin_of(url))
+        if entry.refused is not None:
+            raise Refused(str(entry.refused), url=entry.refused.url)
+        return entry.robots
 
     def crawl_delay(self, url: str) -> float | None:
         return self.rules_for(url).crawl_delay(self.agent)
@@ -68,7 +78,12 @@ class RobotsCache:
         """The reason this agent may not fetch `url`, worded for the push it fails; None if allowed."""
         origin = origin_of(url)
         entry = self._entry(origin)
+        if entry.origin_refused:
+            return None     # the hop is refused as it connects, with the guard's reason naming it
         reason = entry.robots.why_disallowed(url, self.agent)
+        if reason and entry.refused is not None:
+            return (f"robots.txt unreachable ({entry.unreachable}): "
+                    f"nothing on {origin} is fetched while it points there")
         if reason and entry.unreachable:
             # RFC 9309 2.3.1.4 disallows everything then: say so, not "Disallow: /".
             return (f"robots.txt unreachable ({entry.unreachable}): "
@@ -114,15 +129,18 @@ class RobotsCache:
             self._entries.popitem(last=False)
 
     def _fetch(self, origin: str) -> _Entry:
-        """The origin's rules by RFC 9309 2.3.1; `Refused` (the guard) propagates."""
+        """The origin's rules by RFC 9309 2.3.1; one the guard refuses disallows everything."""
         try:
             with fetch(self._client, origin + "/robots.txt", deadline_s=self.deadline_s,
                        max_redirects=ROBOTS_REDIRECTS) as answer:
                 if 200 <= answer.status < 300:
                     return _Entry(parse_robots(_head(answer)), self._clock() + self.ttl_s)
                 status = answer.status
-        except Refused:
-            raise
+        except Refused as exc:
+            # Disallow everything, for the whole TTL: a redirect the guard refuses is no
+            # "no robots.txt" (that would let every page through).
+            itself = exc.url is not None and origin_of(exc.url) == origin
+            return _Entry(DISALLOW_ALL, self._clock() + self.ttl_s, str(exc), exc, itself)
         except FetchError as exc:
             return self._unreachable(str(exc))
         # 429 asks us to slow down, which says nothing of the rules: unreachable, as crawlers treat it.

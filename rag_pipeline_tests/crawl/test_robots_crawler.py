@@ -203,10 +203,57 @@ def test_a_robots_txt_past_the_size_limit_is_read_up_to_it(public):
         assert rules.why_disallowed(public.url("/late/x")) is None       # past the limit: not read
 
 
-def test_robots_txt_on_a_refused_address_is_refused_not_remembered():
+@pytest.fixture
+def internal():
+    """A service on 127.0.0.1, an address the guard refuses (what a hostile redirect points at)."""
+    with LoopbackSite(host="127.0.0.1") as s:
+        s.set_page("/robots.txt", "User-agent: *\nDisallow:\n", content_type="text/plain")
+        yield s
+
+
+def test_a_robots_txt_redirected_to_a_refused_address_disallows_the_site(public, internal, receiver, conn):
+    """RFC 9309 2.3.1.4: a robots.txt that cannot be had disallows everything. One redirected to
+    an address the guard refuses was taken for "no robots.txt", and every page was crawled; and
+    it was asked again for every hop of every page."""
+    public.redirect("/robots.txt", internal.url("/robots.txt"), status=301)
+    for i in range(3):
+        public.set_page(f"/p{i}", f"<h1>Page {i}</h1>")
+    urls = [public.url(f"/p{i}") for i in range(3)]
+    report = push_all(conn, local(receiver, workers=1), urls)
+    assert (report.pushed, report.failed) == (0, 3)
+    for url in urls:
+        result, error = push_rows(conn)[url]
+        assert result == "failed" and error.startswith("robots.txt unreachable (refused "), error
+        assert "loopback" in error and f"nothing on {public.base_url.rstrip('/')} is fetched" in error, error
+    assert all(public.hits[f"/p{i}"] == 0 for i in range(3)) and delivered(conn) == set()
+    assert public.hits["/robots.txt"] == 1 and internal.hits["/robots.txt"] == 0
+
+
+def test_a_refused_robots_txt_is_remembered_like_an_answer(public, internal):
+    public.redirect("/robots.txt", internal.url("/robots.txt"), status=302)
+    clock = FakeClock()
+    rules, client = cache(clock, ttl_s=3600)
+    with client:
+        for _ in range(3):
+            assert "robots.txt unreachable (refused" in rules.why_disallowed(public.url("/page"))
+            with pytest.raises(Refused, match="loopback"):     # a reading names why
+                rules.rules_for(public.url("/page"))
+        clock.now += UNREACHABLE_TTL_S + 1          # not an outage: the guard's verdict holds the TTL
+        assert rules.why_disallowed(public.url("/page"))
+        assert public.hits["/robots.txt"] == 1
+        clock.now += 3600
+        rules.why_disallowed(public.url("/page"))
+        assert public.hits["/robots.txt"] == 2
+    assert internal.hits["/robots.txt"] == 0
+
+
+def test_robots_txt_of_a_refused_origin_leaves_the_refusal_to_the_hop():
+    """The origin itself refused: its pages are refused as they connect, with the guard's reason
+    naming the page; robots.txt is asked once, its refusal remembered for a reading to report."""
     rules, client = cache()
     with client:
         for _ in range(2):
+            assert rules.why_disallowed("http://127.0.0.1:9/page") is None
             with pytest.raises(Refused, match="loopback"):
                 rules.rules_for("http://127.0.0.1:9/page")
 
