@@ -108,6 +108,13 @@ def test_a_location_holding_an_undeclared_site_fails_to_load_saying_so(sites_dir
         load_defs()
 
 
+def test_a_location_holding_a_site_whose_file_does_not_load_still_loads(sites_dir, monkeypatch):
+    (sites_dir / "gamma.yaml").write_text("attributes:\n  seeds: [https://gamma.example.com/]\n  sitemap: []\n")
+    gamma = held(monkeypatch, "beta,gamma:1")
+    assert gamma["assets"] == {"beta/discovery", "beta/pages", "beta/chunks", "beta/embeddings"}
+    assert "gamma/discovery" in held(monkeypatch, "main")["assets"]     # the stand-in is main's
+
+
 def test_each_location_leases_only_its_own_pages(sites_dir, monkeypatch, database_url, conn):
     with FakeOpenAI(dimensions=64) as fake:
         configure(monkeypatch, DATABASE_URL=database_url, EMBEDDING_PROVIDER="openai", OPENAI_API_KEY="sk-test",
