@@ -166,6 +166,8 @@ class Settings(LocationSettings):
     # The query API (`rag-pipeline serve`): POST /search and /ask for applications.
     query_api_token: str | None = Field(default=None, alias="QUERY_API_TOKEN")
     query_api_allow_no_token: bool = Field(default=False, alias="QUERY_API_ALLOW_NO_TOKEN")
+    # /docs, /redoc and /openapi.json of the query API: not served unless made public here (as the receiver's).
+    query_api_public_docs: bool = Field(default=False, alias="QUERY_API_PUBLIC_DOCS")
     # Requests served at once per process; one more is answered 503 at once (the client retries).
     query_api_max_inflight: int = Field(default=16, alias="QUERY_API_MAX_INFLIGHT", ge=1, le=1000)
     query_api_pool_size: int = Field(default=4, alias="QUERY_API_POOL_SIZE", ge=1, le=64)
