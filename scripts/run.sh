@@ -36,8 +36,10 @@ mkdir -p "$LOGS"
 for log in db webhook query_api site dagster; do
   if [ -s "$LOGS/$log.log" ]; then mv -f "$LOGS/$log.log" "$LOGS/$log.log.1"; fi
 done
-log_to() {  # where a service writes: its log file, or this terminal with VERBOSE=1
-  if [ "$VERBOSE" = 1 ]; then echo /dev/stdout; else echo "$LOGS/$1"; fi
+start() {  # log file, command…: in the background, its output to its log (or left here with VERBOSE=1); $! is its pid
+  local log="$1"
+  shift
+  if [ "$VERBOSE" = 1 ]; then "${DEFAULT_SIGNALS[@]}" "$@" & else "${DEFAULT_SIGNALS[@]}" "$@" >>"$LOGS/$log" 2>&1 & fi
 }
 # deploy/dagster.yaml keeps a run's console output at INFO (every event still goes to the instance).
 [ "$VERBOSE" != 1 ] || sed -i 's/^\(  python_log_level:\) INFO$/\1 DEBUG/' "$DAGSTER_HOME/dagster.yaml"
@@ -85,17 +87,17 @@ DEFAULT_SIGNALS=("$BIN/python" scripts/reset_signals.py)
 if [ -z "${DATABASE_URL:-}" ]; then
   # A killed or crashed embedded server is started again within seconds (WAL replay keeps every
   # committed delivery); meanwhile the receiver answers 503 and the crawler re-sends.
-  "${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" db watch >>"$(log_to db.log)" 2>&1 &
+  start db.log "$BIN/rag-pipeline" db watch
   pids+=($!)
 fi
-"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT" >>"$(log_to webhook.log)" 2>&1 &
+start webhook.log "$BIN/rag-pipeline" webhook --host 127.0.0.1 --port "$WEBHOOK_PORT"
 pids+=($!)
-"${DEFAULT_SIGNALS[@]}" "$BIN/rag-pipeline" serve --host 127.0.0.1 --port "$QUERY_API_PORT" >>"$(log_to query_api.log)" 2>&1 &
+start query_api.log "$BIN/rag-pipeline" serve --host 127.0.0.1 --port "$QUERY_API_PORT"
 pids+=($!)
-"${DEFAULT_SIGNALS[@]}" "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT" >>"$(log_to site.log)" 2>&1 &
+start site.log "$BIN/python" -m rag_pipeline.crawl.loopback_site --root samples/site --port "$SITE_PORT"
 pids+=($!)
 # `dg dev` with a workspace runs what `dagster dev` runs, without its "superseded" warning.
-"${DEFAULT_SIGNALS[@]}" "$BIN/dg" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" >>"$(log_to dagster.log)" 2>&1 &
+start dagster.log "$BIN/dg" dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT"
 dagster_pid=$!
 pids+=($!)
 
