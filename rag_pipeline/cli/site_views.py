@@ -104,8 +104,9 @@ def _print(facts: dict, row: dict | None) -> None:
     else:
         click.echo(facts["declaration"]["summary"])
     if facts["scope"]:
-        click.echo(f"  scope (globs over normalized URLs): {', '.join(facts['scope'])}"
-                   + (f"; excluding {', '.join(facts['exclude'])}" if facts["exclude"] else ""))
+        # Over identities: a page served over http is the same page as over https (one history).
+        click.echo(f"  scope (globs over page identities, spelled https:// whatever the scheme): "
+                   f"{', '.join(facts['scope'])}" + (f"; excluding {', '.join(facts['exclude'])}" if facts["exclude"] else ""))
     if row is None:
         click.echo("  not read yet")
     else:
