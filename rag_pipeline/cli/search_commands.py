@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
@@ -15,6 +17,29 @@ def _bound_statements(conn) -> None:
     from rag_pipeline.store import db
 
     db.bound_statements(conn, db.statement_timeout_ms(get_settings().query_statement_timeout_s))
+
+
+def _question(question: str) -> str:
+    """The question, or a usage error saying why it cannot be searched (blank, a NUL character)."""
+    from rag_pipeline.core.filters import FilterError, parse_question
+
+    try:
+        return parse_question(question)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc), param_hint="QUESTION") from exc
+
+
+@contextmanager
+def _timed_out_is_one_line(what: str) -> Iterator[None]:
+    """QUERY_STATEMENT_TIMEOUT_S cancelling a statement: one line and exit 1, not a traceback."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.QueryCanceled as exc:
+        timeout_s = get_settings().query_statement_timeout_s
+        raise CliError(f"the {what} took longer than QUERY_STATEMENT_TIMEOUT_S ({timeout_s:g} s) and was "
+                       "cancelled: narrow it (--site, --max-age, a shorter question) or raise the timeout") from exc
 
 
 def _retrieval_options(command):
@@ -55,11 +80,10 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
     from rag_pipeline.store import db, spaces, text_search
 
-    if not question.strip():
-        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    question = _question(question)
     filters = _filters(max_age, changed_since, sites)
     url = index_url()
-    with db.connection(url) as conn:
+    with db.connection(url) as conn, _timed_out_is_one_line("search"):
         _bound_statements(conn)
         try:
             hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
@@ -96,8 +120,7 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
     from rag_pipeline.query.retrieval import RetrievalError
     from rag_pipeline.store import db
 
-    if not question.strip():
-        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    question = _question(question)
     filters = _filters(max_age, changed_since, sites)
     settings = get_settings()
     try:
@@ -105,7 +128,7 @@ def ask(question: str, k: int, mode: str | None, max_age: str | None, changed_si
     except (answers.NotConfigured, ChatError) as exc:
         raise CliError(str(exc)) from exc
     try:
-        with db.connection(index_url()) as conn:
+        with db.connection(index_url()) as conn, _timed_out_is_one_line("search for the answer's sources"):
             _bound_statements(conn)
             result = answers.answer(conn, settings, question, k, chat, filters=filters, mode=mode)
     except (RetrievalError, ChatError) as exc:

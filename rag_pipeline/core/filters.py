@@ -12,6 +12,21 @@ class FilterError(ValueError):
     """A filter that cannot be understood; the message says what is accepted."""
 
 
+# PostgreSQL's text cannot hold U+0000: a NUL sent as a parameter fails the statement
+# (psycopg.DataError), so it is refused here, with a reason, before any query is made.
+_NUL = "\x00"
+
+
+def parse_question(text: str) -> str:
+    """The question as typed, refused when it cannot be searched: blank, or holding a NUL
+    character. Refused, not stripped: a question quietly searched as another is a wrong answer."""
+    if not (text or "").strip():
+        raise FilterError("the question is empty")
+    if _NUL in text:
+        raise FilterError("the question contains a NUL character (\\u0000), which cannot be searched: remove it")
+    return text
+
+
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 # Older than any page: a larger age would overflow Python's timedelta or PostgreSQL's timestamps.
@@ -59,6 +74,8 @@ def site_pattern(glob: str) -> str:
     raw = (glob or "").strip()
     if not raw:
         raise FilterError("the site pattern is empty: give a URL glob such as 'https://docs.example.com/*'")
+    if _NUL in raw:
+        raise FilterError(f"site pattern {glob!r} contains a NUL character (\\u0000): remove it")
     scheme = _SCHEME.match(raw)
     if scheme is None:
         if "://" in raw:

@@ -84,9 +84,26 @@ def test_the_token_is_checked_before_anything_else(api):
     assert api.post("/search", content=b"{", headers={"content-type": "application/json"}).status_code == 401
     assert api.post("/ask", content=b"x" * (MAX_BODY_BYTES + 1)).status_code == 401
     assert api.get("/healthz").json() == {"status": "ok"}
-    schema = api.get("/openapi.json").json()
+
+
+def test_the_docs_and_schema_are_not_served_unless_made_public(env, database_url):
+    """As the receiver's (WEBHOOK_PUBLIC_DOCS): /docs and /openapi.json were served without a token."""
+    with serve(create_app(get_settings(), database_url=database_url), health_path="/healthz") as base:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            refused = httpx.get(base + path, timeout=10)
+            assert refused.status_code == 401 and refused.json()["reason"] == "bad_token", path
+            missing = httpx.get(base + path, headers=AUTH, timeout=10)
+            assert missing.status_code == 404 and missing.json()["reason"] == "not_found", path
+    schema = create_app(get_settings(), database_url=database_url).openapi()     # for tools and tests
     assert {"/search", "/ask"} <= set(schema["paths"])
-    assert "max_age" in schema["components"]["schemas"]["SearchRequest"]["properties"]
+    env.setenv("QUERY_API_PUBLIC_DOCS", "true")
+    get_settings.cache_clear()
+    with serve(create_app(get_settings(), database_url=database_url), health_path="/healthz") as base:
+        schema = httpx.get(base + "/openapi.json", timeout=10).json()        # public: no token
+        assert {"/search", "/ask"} <= set(schema["paths"])
+        assert "max_age" in schema["components"]["schemas"]["SearchRequest"]["properties"]
+        assert httpx.get(base + "/docs", timeout=10).status_code == 200
+        assert httpx.post(base + "/search", json={"question": QUESTION}, timeout=10).status_code == 401
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -106,6 +123,9 @@ def test_the_token_is_checked_before_anything_else(api):
     ({"question": QUESTION, "mode": "telepathy"}, 422, "mode"),
     ({"k": 3}, 422, "question"),
     (["not", "an", "object"], 422, "invalid_request"),
+    # PostgreSQL's text holds no NUL: it was a 500 (psycopg.DataError).
+    ({"question": "a\u0000b"}, 422, "the question contains a NUL character"),
+    ({"question": QUESTION, "site": ["https://docs.example.com/\u0000*"]}, 422, "contains a NUL character"),
 ])
 def test_bad_input_gets_a_4xx_with_its_reason(api, body, status, words):
     refused = api.post("/search", json=body, headers=AUTH)
@@ -115,13 +135,38 @@ def test_bad_input_gets_a_4xx_with_its_reason(api, body, status, words):
 
 
 def test_bodies_that_are_not_json_or_too_large_are_refused(api):
-    not_json = api.post("/search", content=b"question=hello", headers={**AUTH, "content-type": "text/plain"})
-    assert not_json.status_code == 422 and not_json.json()["reason"] == "invalid_request"
-    assert not_json.json()["error"] == "the body must be a JSON object"
     broken = api.post("/search", content=b'{"question": "hel', headers={**AUTH, "content-type": "application/json"})
     assert broken.status_code == 422 and broken.json()["error"] == "the body is not valid JSON"
+    not_object = api.post("/search", json="hello", headers=AUTH)
+    assert not_object.status_code == 422 and not_object.json()["error"].startswith("the body must be a JSON object")
     large = api.post("/search", json={"question": "x" * MAX_BODY_BYTES}, headers=AUTH)
     assert large.status_code == 413 and large.json()["reason"] == "body_too_large"
+
+
+@pytest.mark.parametrize("path", ["/search", "/ask"])
+def test_every_error_has_one_shape_and_says_what_to_send(api, path):
+    """An empty body said "Field required", a JSON body sent as another content type "the body
+    must be a JSON object", and GET FastAPI's own {"detail": …}."""
+    body = json.dumps({"question": QUESTION}).encode()
+    empty = api.post(path, content=b"", headers=AUTH)
+    assert empty.status_code == 422 and set(empty.json()) == {"error", "reason"}, empty.text
+    assert empty.json()["reason"] == "empty_body"
+    assert "the body is empty" in empty.json()["error"] and '"question"' in empty.json()["error"]
+    for content_type in ("application/x-www-form-urlencoded", "text/plain; charset=utf-8"):  # `curl -d`, and so on
+        wrong = api.post(path, content=body, headers={**AUTH, "content-type": content_type})
+        assert wrong.status_code == 415 and wrong.json()["reason"] == "unsupported_media_type", wrong.text
+        assert content_type in wrong.json()["error"] and "application/json" in wrong.json()["error"]
+    got = api.get(path, headers=AUTH)
+    assert got.status_code == 405 and set(got.json()) == {"error", "reason"}, got.text
+    assert got.json()["reason"] == "method_not_allowed" and "use POST" in got.json()["error"]
+    assert got.headers["allow"] == "POST"
+    nowhere = api.post(path + "x", json={"question": QUESTION}, headers=AUTH)
+    assert nowhere.status_code == 404 and nowhere.json()["reason"] == "not_found"
+    assert "POST /search" in nowhere.json()["error"]
+    untyped = api.post(path, content=body, headers=AUTH)      # no Content-Type at all
+    assert untyped.status_code == 415 and "no Content-Type" in untyped.json()["error"], untyped.text
+    typed = api.post(path, content=body, headers={**AUTH, "content-type": "application/json; charset=utf-8"})
+    assert typed.status_code in (200, 503), typed.text        # /ask: 503 without a chat model
 
 
 def test_a_tombstoned_page_is_never_returned(api, database_url):
@@ -319,3 +364,29 @@ def test_a_client_that_hangs_up_has_its_query_cancelled_and_its_connection_back(
         blocker.rollback()
         again = httpx.post(f"{base}{path}", json={"question": QUESTION, "k": 3}, headers=AUTH, timeout=30)
         assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize("command", ["search", "ask"])
+def test_the_cli_says_on_one_line_when_the_statement_timeout_cancels_a_search(chat, env, database_url, command):
+    """QueryCanceled from the statement timeout was a traceback from `search` and `ask`."""
+    import psycopg
+
+    env.setenv("QUERY_STATEMENT_TIMEOUT_S", "0.5")
+    get_settings.cache_clear()
+    with psycopg.connect(database_url) as blocker:
+        blocker.execute("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")   # as a costly scan would hold it
+        started = time.monotonic()
+        result = CliRunner().invoke(cli, [command, QUESTION])
+        assert time.monotonic() - started < 10
+        blocker.rollback()
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: the search"), result.output
+    assert "took longer than QUERY_STATEMENT_TIMEOUT_S (0.5 s) and was cancelled" in lines[0]
+
+
+@pytest.mark.parametrize("command", ["search", "ask"])
+def test_the_cli_refuses_a_question_with_a_nul_character_on_one_line(env, command):
+    result = CliRunner().invoke(cli, [command, "a\x00b"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
+    assert "the question contains a NUL character" in result.output and "Traceback" not in result.output
