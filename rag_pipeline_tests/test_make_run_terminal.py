@@ -93,15 +93,20 @@ def _stop_everything(proc: subprocess.Popen, env: dict) -> None:
     subprocess.run([str(BIN / "rag-pipeline"), "db", "stop"], env=env, cwd=CHECKOUT, capture_output=True, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def make_run(tmp_path_factory):
-    home = tmp_path_factory.mktemp("make-run") / "rag"
+def _run_env(home: Path) -> dict:
     webhook, query_api, dagster, site = _free_ports(4)
     drop = ("DATABASE_URL", "WEBHOOK_TOKEN", "QUERY_API_TOKEN", "DAGSTER_HOME", "DAGSTER_POSTGRES_URL",
             "VIRTUAL_ENV", "OPENAI_API_KEY", "VERBOSE", "SAMPLE_SITE_URL", "CRAWLER", "CRAWLER_ALLOW_NETWORKS")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(RAG_HOME=str(home), WEBHOOK_PORT=str(webhook), QUERY_API_PORT=str(query_api),
                DAGSTER_PORT=str(dagster), SITE_PORT=str(site), EMBEDDING_PROVIDER="local")
+    return env
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory):
+    home = tmp_path_factory.mktemp("make-run") / "rag"
+    env = _run_env(home)
     started = time.monotonic()
     # Its own session: Ctrl-C is a SIGINT to the terminal's foreground group, run.sh's.
     proc = subprocess.Popen(["bash", "scripts/run.sh"], cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
@@ -168,3 +173,24 @@ def test_make_run_shows_a_banner_one_line_a_batch_and_a_clean_stop(make_run):
     last = [line for line in terminal.lines if line.strip()][-1]
     assert last.startswith("stopping… stopped: "), terminal.lines[-5:]
     print(f"make run test: {time.monotonic() - started:.0f} s")
+
+
+def test_a_service_that_cannot_start_is_named_with_the_end_of_its_log_at_once(tmp_path):
+    """The receiver's port is taken: run.sh says so when the receiver exits, with its log's last
+    lines, instead of waiting out its 60 s or printing nothing (its output is in a log file)."""
+    env = _run_env(tmp_path / "rag")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", int(env["WEBHOOK_PORT"])))
+    taken.listen()
+    proc = subprocess.Popen(["bash", "scripts/run.sh"], cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out = proc.communicate(timeout=150)[0].decode()
+    finally:
+        taken.close()
+        _stop_everything(proc, env)
+    assert proc.returncode != 0
+    assert f"the service behind http://127.0.0.1:{env['WEBHOOK_PORT']}/healthz exited; the end of " \
+           f"{tmp_path / 'rag' / 'logs' / 'webhook.log'}:" in out, out
+    assert "address already in use" in out.lower(), out
+    assert "Terminated" not in out and "Traceback" not in out.split("webhook.log:")[0], out

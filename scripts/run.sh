@@ -36,10 +36,12 @@ mkdir -p "$LOGS"
 for log in db webhook query_api site dagster; do
   if [ -s "$LOGS/$log.log" ]; then mv -f "$LOGS/$log.log" "$LOGS/$log.log.1"; fi
 done
+declare -A started   # log file → the pid of the service writing it
 start() {  # log file, command…: in the background, its output to its log (or left here with VERBOSE=1); $! is its pid
   local log="$1"
   shift
   if [ "$VERBOSE" = 1 ]; then "${DEFAULT_SIGNALS[@]}" "$@" & else "${DEFAULT_SIGNALS[@]}" "$@" >>"$LOGS/$log" 2>&1 & fi
+  started[$log]=$!
 }
 # deploy/dagster.yaml keeps a run's console output at INFO (every event still goes to the instance).
 [ "$VERBOSE" != 1 ] || sed -i 's/^\(  python_log_level:\) INFO$/\1 DEBUG/' "$DAGSTER_HOME/dagster.yaml"
@@ -102,13 +104,16 @@ dagster_pid=$!
 pids+=($!)
 
 wait_for() {  # url, seconds, the log of the service that answers it
+  local why="timed out waiting for $1"
   for _ in $(seq 1 "$2"); do
     if "$BIN/python" -c "import httpx,sys; sys.exit(0 if httpx.get('$1', timeout=2).status_code < 500 else 1)" 2>/dev/null; then
       return 0
     fi
+    # A service that exits at once (its port taken) is said so now, not at the end of the wait.
+    if ! kill -0 "${started[$3]}" 2>/dev/null; then why="the service behind $1 exited"; break; fi
     sleep 1
   done
-  echo "timed out waiting for $1; the end of $LOGS/$3:" >&2
+  echo "$why; the end of $LOGS/$3:" >&2
   [ "$VERBOSE" = 1 ] || tail -n 5 "$LOGS/$3" >&2 || true
   return 1
 }
