@@ -160,6 +160,8 @@ def test_every_error_has_one_shape_and_says_what_to_send(api, path):
     assert got.status_code == 405 and set(got.json()) == {"error", "reason"}, got.text
     assert got.json()["reason"] == "method_not_allowed" and "use POST" in got.json()["error"]
     assert got.headers["allow"] == "POST"
+    nul = api.post(path, json={"question": "a\u0000b"}, headers=AUTH)    # was a 500 (psycopg.DataError)
+    assert nul.status_code == 422 and "NUL character" in nul.json()["error"], nul.text
     nowhere = api.post(path + "x", json={"question": QUESTION}, headers=AUTH)
     assert nowhere.status_code == 404 and nowhere.json()["reason"] == "not_found"
     assert "POST /search" in nowhere.json()["error"]
