@@ -175,10 +175,12 @@ def test_make_run_shows_a_banner_one_line_a_batch_and_a_clean_stop(make_run):
     print(f"make run test: {time.monotonic() - started:.0f} s")
 
 
-def test_a_service_that_cannot_start_is_named_with_the_end_of_its_log_at_once(tmp_path):
+def test_a_service_that_cannot_start_is_named_with_the_end_of_its_log_at_once(tmp_path, database_url):
     """The receiver's port is taken: run.sh says so when the receiver exits, with its log's last
-    lines, instead of waiting out its 60 s or printing nothing (its output is in a log file)."""
+    lines, instead of waiting out its 60 s or printing nothing (its output is in a log file).
+    On the test server (DATABASE_URL): no embedded server to make for a start that fails."""
     env = _run_env(tmp_path / "rag")
+    env["DATABASE_URL"] = database_url
     taken = socket.socket()
     taken.bind(("127.0.0.1", int(env["WEBHOOK_PORT"])))
     taken.listen()
