@@ -127,9 +127,15 @@ def seed(file: Path, no_push: bool, wait_s: float) -> None:
         finally:
             for crawler in crawlers.values():
                 crawler.close()
-    click.echo(f"pushed {report.pushed}, failed {report.failed}")
+    click.echo(f"pushed {report.pushed}, failed {report.failed}"
+               + (f", disallowed by robots.txt {report.disallowed}" if report.disallowed else ""))
     for error in report.errors[:20]:
         click.echo(f"  failed: {error}", err=True)
+    for line in report.disallowed_urls[:20]:     # not crawled, and no failure: what the site asks
+        click.echo(f"  disallowed: {line}")
+    if report.disallowed:
+        click.echo("  (not fetched; out of the recrawl queue until robots.txt is read again: "
+                   "`rag-pipeline site show` counts them)")
     if report.undelivered_local:
         click.echo(f"{report.undelivered_local} page(s) were still being fetched after --wait {wait_s:g} s: "
                    "their pushes count as failed and their pages fall due again", err=True)

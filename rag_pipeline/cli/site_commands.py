@@ -116,7 +116,9 @@ def site_list(as_json: bool) -> None:
             click.echo(f"{name}: declared, not read yet (its discovery sensor reads it within a minute of loading)")
         else:
             click.echo(f"{name}: {row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
-                       f"{row['tombstoned']} tombstoned, {row['due']} due; {_reading_line(row)}")
+                       f"{row['tombstoned']} tombstoned, {row['due']} due"
+                       + (f", {row['disallowed']} disallowed by robots.txt" if row["disallowed"] else "")
+                       + f"; {_reading_line(row)}")
 
 
 @site.command("show")

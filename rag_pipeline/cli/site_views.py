@@ -40,10 +40,14 @@ def reading_line(row: dict) -> str:
 
 def pages_line(row: dict) -> str:
     """Pages by state; redirect aliases (a redirect's source URL, a row of its own) said apart so
-    the figures add up."""
-    aliases = row.get("aliases", 0)
+    the figures add up, and the pages robots.txt disallows (not crawled: neither due nor "never
+    crawled" waiting for a crawl)."""
+    aliases, disallowed = row.get("aliases", 0), row.get("disallowed", 0)
+    indexed = row.get("disallowed_indexed", 0)
     return (f"{row['pages']} ({row['live']} live, {row['listed']} listed, {row['unlisted']} unlisted, "
             f"{row['tombstoned']} tombstoned, {row['due']} due, {row['never_crawled']} never crawled"
+            + (f", {disallowed} disallowed by robots.txt" if disallowed else "")
+            + (f" ({indexed} still indexed from an earlier crawl)" if indexed else "")
             + (f"; {aliases} of the {row['pages']} {'is a redirect alias' if aliases == 1 else 'are redirect aliases'}"
                " (its URL redirects to a page counted here)" if aliases else "") + ")")
 
@@ -53,7 +57,7 @@ def show_site(name: str, as_json: bool) -> None:
     from rag_pipeline.components.site_component import describe
     from rag_pipeline.components.site_files import declarations
     from rag_pipeline.crawl.cadence_rules import format_interval
-    from rag_pipeline.store import db
+    from rag_pipeline.store import db, disallowed
     from rag_pipeline.store import sites as store
 
     found = declarations()
@@ -62,6 +66,7 @@ def show_site(name: str, as_json: bool) -> None:
     with db.connection(index_url()) as conn:
         rows = store.overview(conn)
         recorded = store.declared_row(conn, name)
+        held = disallowed.examples(conn, name)
     row = next((r for r in rows if r["site"] == name), None)
     facts: dict = {"site": name, "declared_here": name in declared, "does_not_load": None, "declaration": None,
                    "other_site_files_not_loading": [p.one_line() for p in found.problems if p.name != name]}
@@ -85,9 +90,12 @@ def show_site(name: str, as_json: bool) -> None:
         raise UnknownSite(f"no site {name!r} is declared; declared sites: "
                           f"{every_site(found, {r['site'] for r in rows})}")
     facts.update(scope=scope, exclude=exclude, pages=None if row is None else {
-        k: row[k] for k in ("pages", "live", "listed", "unlisted", "tombstoned", "due", "never_crawled", "aliases")},
+        k: row[k] for k in ("pages", "live", "listed", "unlisted", "tombstoned", "due", "never_crawled", "aliases",
+                            "disallowed", "disallowed_indexed")},
         last_reading=None if row is None else row["last_reading"],
-        next_reading_at=None if row is None else row["next_reading_at"])
+        next_reading_at=None if row is None else row["next_reading_at"],
+        disallowed_examples=[{"crawl_url": d.crawl_url, "rule": d.rule, "found_at": d.found_at,
+                              "next_look_at": d.next_look_at} for d in held])
     if as_json:
         click.echo(json.dumps(facts, default=str, indent=2))
     else:
@@ -111,6 +119,12 @@ def _print(facts: dict, row: dict | None) -> None:
         click.echo("  not read yet")
     else:
         click.echo(f"  pages: {pages_line(row)}")
+        examples = facts["disallowed_examples"]
+        for d in examples:
+            click.echo(f"  disallowed by robots.txt: {d['crawl_url']} ({d['rule']}), found "
+                       f"{ago(d['found_at'], row['now'])}; looked at again {ago(d['next_look_at'], row['now'])}")
+        if row.get("disallowed", 0) > len(examples):
+            click.echo(f"  … and {row['disallowed'] - len(examples)} more disallowed by robots.txt")
         click.echo(f"  last reading: {reading_line(row)}")
         reading = row["last_reading"]
         if reading and reading["counts"]:

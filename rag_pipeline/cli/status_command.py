@@ -121,7 +121,11 @@ def _print_status(report: dict) -> None:
         console.print("overdue, e.g.: " + ", ".join(report["overdue"]["examples"]), highlight=False)
     if report["sites"]:
         t = Table(title="sites", title_justify="left", box=box.SIMPLE)
-        for column in ("site", "live", "listed", "unlisted", "tombstoned", "due", "last reading"):
+        # disallowed: pages robots.txt disallows, not crawled (store/disallowed.py); a column only
+        # where some site has such pages, so the last reading's problem keeps its width otherwise.
+        figures = ("live", "listed", "unlisted", "tombstoned", "due",
+                   *(("disallowed",) if any(row["disallowed"] for row in report["sites"]) else ()))
+        for column in ("site", *figures, "last reading"):
             t.add_column(column, justify="left" if column in ("site", "last reading") else "right")
         for row in report["sites"]:
             reading = row["last_reading"]
@@ -135,8 +139,7 @@ def _print_status(report: dict) -> None:
                 said = "complete"
             else:
                 said = _incomplete(reading, row["now"])
-            t.add_row(row["site"], *(f"{row[k]:,}" for k in ("live", "listed", "unlisted", "tombstoned", "due")),
-                      said)
+            t.add_row(row["site"], *(f"{row[k]:,}" for k in figures), said)
         console.print(t)
     for problem in report["site_files_not_loading"]:
         console.print(f"site {problem['name']} DOES NOT LOAD: {problem['problem']}", highlight=False, soft_wrap=True)

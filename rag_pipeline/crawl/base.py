@@ -23,6 +23,18 @@ class Pushed:
 
 
 @dataclass(frozen=True)
+class RobotsRefusal:
+    """A push the crawler took but did not fetch, because robots.txt (as read, not an unreachable
+    one) disallows it: no failure of the crawler, a verdict that stands until robots.txt is read
+    again, `holds_s` from now (the crawler's robots.txt TTL). `url`: the URL disallowed, the
+    page's own or a hop its redirect led to."""
+
+    rule: str
+    holds_s: float
+    url: str
+
+
+@dataclass(frozen=True)
 class CrawlerHealth:
     """What the crawler says about itself. `status`: active, paused, or unknown (stats unreadable)."""
 
@@ -51,6 +63,11 @@ class Crawler(Protocol):
     def delivery_failures(self, rids: list[str]) -> dict[str, str]:
         """rid → reason for the pushes among `rids` whose delivery this process gave up on (the
         local crawler; Crawlbase retries its deliveries on its side and reports none)."""
+        ...
+
+    def robots_refusals(self, rids: list[str]) -> dict[str, RobotsRefusal]:
+        """rid → why, for the pushes among `rids` not fetched because robots.txt disallows them
+        (the local crawler; Crawlbase reads no robots.txt: a reading of the site marks those)."""
         ...
 
     def close(self) -> None:

@@ -157,6 +157,9 @@ class CrawlbaseCrawler:
     def delivery_failures(self, rids: list[str]) -> dict[str, str]:
         return {}  # and retries its deliveries there
 
+    def robots_refusals(self, rids: list[str]) -> dict:
+        return {}  # it reads no robots.txt: its sites' readings mark what robots.txt disallows
+
     def close(self) -> None:
         self._client.close()
 

@@ -4,7 +4,10 @@ Every file is fetched through the network guard and parsed as it streams in (`co
 no file is ever held whole; what it lists is staged in batches and applied in one transaction at
 the end (`store.sites.apply_reading`). Sitemaps are untrusted: a file that fails is a reason on the
 reading, and a reading with any failure (or cut by a cap) is incomplete, so it adds and updates
-pages but never marks the pages it did not see as gone.
+pages but never marks the pages it did not see as gone. Each reading also judges the site's known
+pages by robots.txt as it read it (`store.disallowed`): a page it disallows leaves the recrawl queue
+until the next reading, whatever crawls it (Crawlbase reads no robots.txt; a seed may come from
+`rag-pipeline seed`, which reads none either), and one it allows again is due now.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rag_pipeline.core.sitemaps import MAX_UNCOMPRESSED_BYTES, Entry, SitemapErr
 from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
 from rag_pipeline.crawl.guarded_http import FetchError, Refused, fetch
+from rag_pipeline.store import disallowed as robots_verdicts
 from rag_pipeline.store import sites as store
 
 log = logging.getLogger(__name__)
@@ -40,7 +44,7 @@ MAX_INDEX_DEPTH = 2
 FIGURES = ("files_read", "files_failed", "listed", "in_scope", "new", "gone", "lastmod_moved", "disallowed",
            "over_cap", "out_of_scope", "invalid", "refused_address", "over_file_limit", "adopted",
            "claimed_by_other_site", "seeds_registered", "link_pages_read", "links_found", "new_from_links",
-           "links_left_out", "unlisted_total")
+           "links_left_out", "unlisted_total", "pages_disallowed", "allowed_again")
 # URLs left out of a reading, by why: those of the sitemaps (link discovery's are `links_left_out`).
 LEFT_OUT = ("disallowed", "out_of_scope", "invalid", "refused_address")
 
@@ -75,21 +79,23 @@ class _Reader:
         self.cut_short = False
         self._batch: list[store.Listed] = []
         self._robots: dict[str, Robots] = {}
+        self._unreadable: set[str] = set()     # origins whose robots.txt this reading could not read
         self._refused: dict[str, str | None] = {}
 
     def robots(self, url: str) -> Robots:
         """The origin's robots.txt; one that cannot be read allows nothing and makes the reading
         incomplete, so the pages already known stay as they are."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
+        origin = _origin(url)
         if origin not in self._robots:
             try:
                 robots = self.robots_for(origin + "/robots.txt")
             except Refused as exc:
                 robots = DISALLOW_ALL
+                self._unreadable.add(origin)
                 self.problem(f"{origin}/robots.txt: {exc}")
             else:
                 if robots is DISALLOW_ALL:
+                    self._unreadable.add(origin)
                     self.problem(f"{origin}/robots.txt could not be read (RFC 9309: nothing may be crawled "
                                  "meanwhile): none of its URLs registered this time")
             self._robots[origin] = robots
@@ -234,6 +240,44 @@ class _Reader:
             self.counts["links_left_out"] += self.counts[k] - before[k]
             self.counts[k] = before[k]
 
+    def judge_pages(self) -> None:
+        """The site's known pages by robots.txt as this reading read it, in batches: those it
+        disallows held out of the queue past the next reading, those it allows again due now. A
+        page whose robots.txt could not be read is left as it was (an outage is no verdict). One
+        pass over the site's pages in Python, a statement per 5,000 verdicts."""
+        disallowed: dict[str, str] = {}
+        allowed: list[str] = []
+
+        def judged() -> None:
+            marked, released = robots_verdicts.judged(self.conn, self.spec.name, disallowed, allowed,
+                                                      holds=2 * self.spec.discover_every)
+            self.counts["pages_disallowed"] += marked
+            self.counts["allowed_again"] += released
+            disallowed.clear()
+            allowed.clear()
+
+        # Pages on the site's start hosts, or on a host this reading read robots.txt of already:
+        # another host's robots.txt is the crawler's to read (a reading is not failed by it).
+        origins = {o.lower() for o in self.spec.robots_origins()}
+        for url, crawl_url, marked_for in robots_verdicts.site_pages(self.conn, self.spec.name):
+            # A page the crawler found disallowed at a hop of its redirect is judged by that hop
+            # when it is on the page's origin; elsewhere the crawler's own hold decides.
+            judged_url = marked_for or crawl_url
+            origin = _origin(judged_url)
+            if origin != _origin(crawl_url) or (origin.lower() not in origins and origin not in self._robots):
+                continue
+            robots = self.robots(crawl_url)
+            if origin in self._unreadable:
+                continue
+            rule = robots.why_disallowed(judged_url, self.agent)
+            if rule and judged_url == crawl_url:
+                disallowed[url] = rule
+            elif not rule and marked_for is not None:
+                allowed.append(url)
+            if len(disallowed) + len(allowed) >= STAGE_ROWS:
+                judged()
+        judged()
+
     def failed(self, url: str, reason: str) -> None:
         self.counts["files_failed"] += 1
         self.problem(f"{url}: {reason}")
@@ -242,6 +286,11 @@ class _Reader:
     def problem(self, reason: str) -> None:
         log.warning("site %s: %s", self.spec.name, reason)
         self.errors.append(reason)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
@@ -259,6 +308,8 @@ def read_site(conn: psycopg.Connection, client: httpx.Client, spec: SiteSpec, *,
     seeds = [row for row in (reader.listed(url, None) for url in spec.seeds) if row is not None]
     with conn.transaction():
         reader.counts["seeds_registered"] = store.register_seeds(conn, spec, seeds)
+    # Before the listing is applied: a page robots.txt now disallows is no page "no longer listed".
+    reader.judge_pages()
     complete = not reader.errors
     counts, examples = store.apply_reading(conn, reading, max_pages=spec.max_pages, complete=complete)
     reader.counts.update(counts)

@@ -53,7 +53,7 @@ class Refused(FetchError):
 
 class Disallowed(Refused):
     """A hop the caller's `check` refused (robots.txt): never requested. A `Refused`, so that
-    nothing of it is delivered either."""
+    nothing of it is delivered either. `url`: that hop (a redirect's target, maybe)."""
 
 
 class _Deadline(threading.local):
@@ -266,7 +266,7 @@ def _hops(client: httpx.Client, url: str, deadline: float, deadline_s: float, ma
             raise Refused(f"refused: {current!r} is not http(s)" + (f" (redirected from {hops[-1]})" if hops else ""))
         reason = check(current) if check is not None else None
         if reason:
-            raise Disallowed(reason + (f" (redirected from {hops[-1]})" if hops else ""))
+            raise Disallowed(reason + (f" (redirected from {hops[-1]})" if hops else ""), url=current)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise FetchError(f"took longer than the fetch's deadline ({deadline_s:g} s)")

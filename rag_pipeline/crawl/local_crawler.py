@@ -8,8 +8,11 @@ in this process, so whoever pushes must `drain()` before exiting (the push job a
 collect `delivery_failures()`: a delivery the receiver refused fails its push.
 
 It obeys each origin's robots.txt for its User-Agent (`robots_cache`, unless `obey_robots` is off):
-a hop it disallows is never requested and fails its push with the rule, as a refused hop does, and
-fetches of one origin start at least its Crawl-delay apart.
+a hop it disallows is never requested, and fetches of one origin start at least its Crawl-delay
+apart. A push robots.txt as read disallows (the page, or a hop of its redirects) is reported apart
+(`robots_refusals`, with the rule and the TTL it stands for), not as a failure: the push path takes
+its page out of the queue until robots.txt is read again. An unreachable robots.txt fails the push
+as a refused hop does (an outage, tried again in minutes).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from rag_pipeline.core.addresses import Network, host_refusal
-from rag_pipeline.crawl.base import CrawlerHealth, PushError, Pushed, callback_headers
+from rag_pipeline.crawl.base import CrawlerHealth, PushError, Pushed, RobotsRefusal, callback_headers
 from rag_pipeline.crawl.fetching import FETCH_DEADLINE_S, DeliveryFailed, deliver, fetch_markdown
-from rag_pipeline.crawl.guarded_http import Refused, guarded_client
+from rag_pipeline.crawl.guarded_http import Disallowed, Refused, guarded_client
 from rag_pipeline.crawl.robots_cache import MAX_ORIGINS, RobotsCache, origin_of
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class LocalCrawler:
         self.delivery_backoff_s = delivery_backoff_s
         self.allowed_networks = allowed_networks
         self.fetch_deadline_s = fetch_deadline_s
+        self.robots_ttl_s = robots_ttl_s
         self._fetch_client = guarded_client(
             allowed=allowed_networks, user_agent=user_agent, timeout_s=timeout_s,
             headers={"Accept": "text/html, text/markdown;q=0.9, */*;q=0.5"},
@@ -74,6 +78,7 @@ class LocalCrawler:
         self.delivered = 0
         self.failed = 0
         self._failures: OrderedDict[str, str] = OrderedDict()   # rid → why its delivery failed
+        self._disallowed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # rid → (rule, the URL it disallows)
         self._workers = workers
         self._threads: list[threading.Thread] = []   # started by the first push: a health read needs none
 
@@ -119,6 +124,13 @@ class LocalCrawler:
                 deliver(self._deliver_client, self.callback_url, rid, fetched, extra,
                         retries=self.delivery_retries, backoff_s=self.delivery_backoff_s)
                 self.delivered += 1
+            except Disallowed as exc:
+                if self._robots is not None and self._robots.disallows_by_rule(exc.url or url):
+                    log.info("local crawler: not fetched: %s (%s)", exc, url)
+                    self._refused_by_robots(rid, str(exc), exc.url or url)
+                else:   # robots.txt unreachable: an outage, not a rule
+                    log.warning("local crawler: %s", exc)
+                    self._failed(rid, str(exc))
             except Refused as exc:
                 # Nothing of a refused hop is delivered: the push fails with the reason.
                 log.warning("local crawler: %s", exc)
@@ -171,6 +183,21 @@ class LocalCrawler:
             self._failures[rid] = reason
             while len(self._failures) > MAX_KEPT_FAILURES:
                 self._failures.popitem(last=False)
+
+    def _refused_by_robots(self, rid: str, rule: str, hop: str) -> None:
+        with self._idle:
+            if rid in self._failures:       # given up on by drain() while it was being checked
+                return
+            self._disallowed[rid] = (rule, hop)
+            while len(self._disallowed) > MAX_KEPT_FAILURES:
+                self._disallowed.popitem(last=False)
+
+    def robots_refusals(self, rids) -> dict[str, RobotsRefusal]:
+        """rid → the rule, for the pushes among `rids` robots.txt kept from being fetched (each
+        reported once); the verdict stands for the robots.txt TTL."""
+        with self._idle:
+            found = {rid: self._disallowed.pop(rid) for rid in rids if rid in self._disallowed}
+        return {rid: RobotsRefusal(rule, self.robots_ttl_s, hop) for rid, (rule, hop) in found.items()}
 
     def delivery_failures(self, rids) -> dict[str, str]:
         """rid → reason for the deliveries among `rids` that failed (each reported once)."""

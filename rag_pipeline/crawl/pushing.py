@@ -1,6 +1,8 @@
 """The push path shared by the recrawl sensor's runs, the seed job, recrawl-now and the CLI:
 record each push, push concurrently (the crawler client rate-limits), record the results, and
-move each page's next crawl, in that order."""
+move each page's next crawl, in that order. A push the crawler did not fetch because robots.txt
+disallows it is neither pushed nor failed: `disallowed`, and its page leaves the queue until
+robots.txt is read again (`store.disallowed`)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import psycopg
 from rag_pipeline.crawl.base import Crawler, PushError
 from rag_pipeline.crawl.site_cadences import SiteRules
 from rag_pipeline.core.site_spec import locate
-from rag_pipeline.store import pushes, schedule, sites
+from rag_pipeline.store import disallowed, pushes, schedule, sites
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,8 @@ class PushReport:
     rids: dict[str, str] = field(default_factory=dict)      # page URL → rid
     undelivered_local: int = 0                              # local crawler: still fetching at the end
     urls: list[str] = field(default_factory=list)           # the URLs pushed, as crawled
+    disallowed: int = 0                                     # not fetched: robots.txt disallows them
+    disallowed_urls: list[str] = field(default_factory=list)   # "URL: rule" of each
 
     def add(self, other: "PushReport") -> None:
         self.pushed += other.pushed
@@ -40,12 +44,16 @@ class PushReport:
         self.rids.update(other.rids)
         self.undelivered_local += other.undelivered_local
         self.urls += other.urls
+        self.disallowed += other.disallowed
+        self.disallowed_urls += other.disallowed_urls
 
     def as_metadata(self, shown: int = 50) -> dict:
         more = f"\n… and {len(self.urls) - shown} more" if len(self.urls) > shown else ""
         return {"pushed": self.pushed, "failed": self.failed, "attempts": self.attempts,
                 "pushed_urls": "\n".join(self.urls[:shown]) + more,
-                "errors": "\n".join(self.errors[:20]), "still_fetching": self.undelivered_local}
+                "errors": "\n".join(self.errors[:20]), "still_fetching": self.undelivered_local,
+                "disallowed_by_robots_txt": self.disallowed,
+                "disallowed_urls": "\n".join(self.disallowed_urls[:20])}
 
 
 def push_targets(conn: psycopg.Connection, crawler: Crawler, targets: list[schedule.Target], *,
@@ -88,7 +96,9 @@ def push_targets(conn: psycopg.Connection, crawler: Crawler, targets: list[sched
     report.rids = {by_id[o.push_id].page_url: o.rid for o in outcomes if o.rid}
     report.urls = [by_id[o.push_id].crawl_url for o in outcomes if o.rid]
     report.undelivered_local = crawler.drain(drain_timeout_s)
-    fail_undelivered(conn, crawler, report, {t.page_url: t.crawl_url for t in targets})
+    crawl_urls = {t.page_url: t.crawl_url for t in targets}
+    fail_undelivered(conn, crawler, report, crawl_urls)
+    hold_disallowed(conn, crawler, report, crawl_urls)
     return report
 
 
@@ -125,6 +135,28 @@ def fail_undelivered(conn: psycopg.Connection, crawler: Crawler, report: PushRep
         report.errors.append(f"{crawl_urls[page]}: {failures[rid]}")
     report.pushed -= len(pages)
     report.failed += len(pages)
+
+
+def hold_disallowed(conn: psycopg.Connection, crawler: Crawler, report: PushReport,
+                    crawl_urls: dict[str, str]) -> None:
+    """A push the crawler took but did not fetch because robots.txt disallows it (the local
+    crawler): recorded `disallowed` with the rule, and its page marked and out of the queue for as
+    long as that verdict stands, instead of `failed` and pushed again every few minutes."""
+    refusals = crawler.robots_refusals(list(report.rids.values()))
+    if not refusals:
+        return
+    with conn.transaction():
+        marked = pushes.disallow(conn, {rid: r.rule for rid, r in refusals.items()})
+        pages = {rid: page for page, rid in report.rids.items() if rid in marked}
+        disallowed.refused(conn, {page: disallowed.Refusal(refusals[rid].rule, refusals[rid].url,
+                                                           timedelta(seconds=refusals[rid].holds_s))
+                                  for rid, page in pages.items()})
+    for rid, page in pages.items():
+        del report.rids[page]
+        report.urls.remove(crawl_urls[page])
+        report.disallowed_urls.append(f"{crawl_urls[page]}: {refusals[rid].rule}")
+    report.pushed -= len(pages)
+    report.disallowed += len(pages)
 
 
 def register_seeds(conn: psycopg.Connection, seeds, rules: SiteRules) -> tuple[list[schedule.Target], list[str]]:

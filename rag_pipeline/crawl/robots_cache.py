@@ -90,6 +90,12 @@ class RobotsCache:
                     f"nothing on {origin} is fetched until it answers")
         return reason
 
+    def disallows_by_rule(self, url: str) -> bool:
+        """Whether robots.txt as read disallows `url`: a verdict that stands until the file is read
+        again (the TTL). An unreachable file's "nothing" is an outage, tried again in minutes."""
+        entry = self._entry(origin_of(url))
+        return entry.unreachable is None and not entry.robots.allowed(url, self.agent)
+
     def _entry(self, origin: str) -> _Entry:
         with self._lock:
             entry = self._fresh(origin)

@@ -60,6 +60,21 @@ def fail_delivery(conn: psycopg.Connection, failures: dict[str, str]) -> set[str
     return {r[0] for r in rows}
 
 
+def disallow(conn: psycopg.Connection, rules: dict[str, str]) -> set[str]:
+    """Pushed pushes (by rid) the crawler did not fetch because robots.txt disallows them:
+    `disallowed`, the rule as their error (no crawler failure: the crawler checks leave them out).
+    Returns the rids so marked."""
+    rows = conn.execute(
+        "UPDATE pushes p SET result = 'disallowed', error = f.rule, finished_at = now()"
+        " FROM unnest(%s::text[], %s::text[]) AS f(rid, rule)"
+        " WHERE p.rid = f.rid AND p.result = 'pushed'"
+        " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.rid = p.rid)"
+        " RETURNING p.rid",
+        (list(rules), [rule[:2000] for rule in rules.values()]),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
 # A push run records its pushes as pending, then finishes each within seconds (minutes with a low
 # CRAWLER_PUSH_RATE and retries): one still pending after this long belongs to a run that died.
 PENDING_EXPIRY_S = 3600

@@ -177,7 +177,9 @@ def after_push(conn: psycopg.Connection, pushed: list[str], failed: list[str], *
     a failed push is tried again after `retry_after` (or its own interval, if shorter).
     A scheduled page's interval counts from when it was due (`due_at`), not from its push, so
     the sensor's tick and the run's start-up do not add to every cadence; a slot already past
-    (a backlog, an outage) counts from the push instead, so a late page is not pushed twice."""
+    (a backlog, an outage) counts from the push instead, so a late page is not pushed twice.
+    A pushed page is no longer marked disallowed by robots.txt: a crawler that reads robots.txt
+    marks it again when it refuses it (`store.disallowed`)."""
     with conn.transaction():
         if pushed:
             due_at = due_at or {}
@@ -185,7 +187,8 @@ def after_push(conn: psycopg.Connection, pushed: list[str], failed: list[str], *
                 "UPDATE pages p SET next_crawl_at = CASE"
                 "   WHEN p.deleted_at IS NOT NULL THEN now() + greatest(p.recrawl_every, %s)"
                 "   WHEN d.due_at + p.recrawl_every > now() THEN d.due_at + p.recrawl_every"
-                "   ELSE now() + p.recrawl_every END"
+                "   ELSE now() + p.recrawl_every END, disallowed_at = NULL, disallowed_rule = NULL,"
+                "   disallowed_url = NULL"
                 " FROM unnest(%s::text[], %s::timestamptz[]) AS d(url, due_at)"
                 " WHERE p.url = d.url AND p.alias_of IS NULL",
                 (tombstone_recheck, pushed, [due_at.get(url) for url in pushed]),
@@ -206,9 +209,11 @@ def due_count(conn: psycopg.Connection) -> int:
 
 def overdue(conn: psycopg.Connection, grace: timedelta = timedelta(minutes=10)) -> tuple[int, list[str]]:
     """Live pages (not aliases) not crawled for twice their interval, plus a grace for the sensor
-    interval and the crawl itself. One scan of `pages`: ~tens of ms at 100k pages."""
+    interval and the crawl itself; not those robots.txt disallows (held on purpose: a verdict, no
+    lag, `store.disallowed`). One scan of `pages`: ~tens of ms at 100k pages."""
     rows = conn.execute(
         "SELECT url, count(*) OVER () FROM pages WHERE alias_of IS NULL AND deleted_at IS NULL"
+        " AND disallowed_at IS NULL"
         " AND coalesce(last_crawled_at, first_seen_at) < now() - 2 * recrawl_every - %s"
         " ORDER BY coalesce(last_crawled_at, first_seen_at) LIMIT 5",
         (grace,),

@@ -143,7 +143,8 @@ def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
     - a page whose `<lastmod>` moved past its last crawl is due now;
     - every listed page is stamped `listed_at` (and re-listed if it had gone);
     - when the reading is complete, a page it no longer lists is `unlisted` and due now: its next
-      crawl decides (404/410 tombstones it; 200 keeps it, unlisted).
+      crawl decides (404/410 tombstones it; 200 keeps it, unlisted); one robots.txt disallows is
+      not (the sitemaps' listing leaves it out for that: `store.disallowed` holds it).
     """
     site, rid = reading.site, reading.reading_id
     counts: dict[str, int] = {}
@@ -171,7 +172,8 @@ def apply_reading(conn: psycopg.Connection, reading: Reading, *, max_pages: int,
         gone = conn.execute(
             "UPDATE pages p SET unlisted_at = now(), next_crawl_at = least(p.next_crawl_at, now())"
             " WHERE p.site = %s AND p.listed_at IS NOT NULL AND p.unlisted_at IS NULL AND p.deleted_at IS NULL"
-            "   AND p.alias_of IS NULL AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.page_id = p.page_id)"
+            "   AND p.alias_of IS NULL AND p.disallowed_at IS NULL"
+            "   AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.page_id = p.page_id)"
             " RETURNING p.url", (site,)).fetchall() if complete else []
         counts["gone"] = len(gone)
         examples["gone"] = sorted(url for url, in gone)[:SHOWN_URLS]
@@ -309,7 +311,7 @@ def overview(conn: psycopg.Connection) -> list[dict]:
     """Each declared site's pages and its newest reading, for `status` and `site list`: one scan of
     the site pages grouped, one look at each site's newest reading."""
     counts = {site: dict(zip(("pages", "listed", "live", "unlisted", "tombstoned", "due", "never_crawled",
-                              "aliases"), rest))
+                              "aliases", "disallowed", "disallowed_indexed"), rest))
               for site, *rest in conn.execute(
                   "SELECT site, count(*),"
                   " count(*) FILTER (WHERE listed_at IS NOT NULL AND unlisted_at IS NULL),"
@@ -317,9 +319,14 @@ def overview(conn: psycopg.Connection) -> list[dict]:
                   " count(*) FILTER (WHERE unlisted_at IS NOT NULL AND deleted_at IS NULL),"
                   " count(*) FILTER (WHERE deleted_at IS NOT NULL),"
                   " count(*) FILTER (WHERE alias_of IS NULL AND next_crawl_at <= now()),"
-                  " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL),"
+                  " count(*) FILTER (WHERE last_crawled_at IS NULL AND alias_of IS NULL AND deleted_at IS NULL"
+                  "   AND disallowed_at IS NULL),"
                   # A redirect's source: a page of its own, counted apart (its text is its target's).
-                  " count(*) FILTER (WHERE alias_of IS NOT NULL)"
+                  " count(*) FILTER (WHERE alias_of IS NOT NULL),"
+                  # robots.txt disallows them (store/disallowed.py): not crawled, counted apart.
+                  " count(*) FILTER (WHERE disallowed_at IS NOT NULL AND alias_of IS NULL AND deleted_at IS NULL),"
+                  " count(*) FILTER (WHERE disallowed_at IS NOT NULL AND alias_of IS NULL AND deleted_at IS NULL"
+                  "   AND indexed_hash IS NOT NULL)"
                   " FROM pages WHERE site IS NOT NULL GROUP BY site")}
     # A reading without a run is one `rag-pipeline site discover` made: an incomplete one says so,
     # and when the last complete reading was, rather than hide the sensor's good one.
@@ -330,7 +337,7 @@ def overview(conn: psycopg.Connection) -> list[dict]:
         " FROM sites s LEFT JOIN LATERAL (SELECT * FROM site_readings WHERE site = s.name"
         "   ORDER BY reading_id DESC LIMIT 1) r ON true ORDER BY s.name").fetchall()
     empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0,
-             "aliases": 0}
+             "aliases": 0, "disallowed": 0, "disallowed_indexed": 0}
     return [{"site": name, **counts.get(name, empty), "next_reading_at": next_at,
              "last_reading": None if started is None else {
                  "started_at": started, "finished_at": finished, "complete": complete,

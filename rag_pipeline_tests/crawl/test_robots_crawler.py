@@ -1,5 +1,5 @@
 """robots.txt in the local crawler, on real loopback sockets: a disallowed hop is never requested
-and fails its push with the rule, the file is fetched once per origin and TTL, an unreachable one
+and its push says the rule (`disallowed`, not failed: test_robots_disallowed follows its page), the file is fetched once per origin and TTL, an unreachable one
 blocks its site for a short while only, and fetches of one origin start Crawl-delay apart.
 
 Sites listen on 127.0.0.2, the one address these tests allow, as in test_guarded_http.
@@ -16,6 +16,7 @@ import pytest
 
 from rag_pipeline.core.addresses import parse_networks
 from rag_pipeline.core.robots import MAX_ROBOTS_BYTES
+from rag_pipeline.crawl.base import RobotsRefusal
 from rag_pipeline.crawl.guarded_http import Disallowed, Refused, fetch, guarded_client
 from rag_pipeline.crawl.local_crawler import LocalCrawler
 from rag_pipeline.crawl.pushing import push_targets
@@ -94,10 +95,10 @@ def test_a_disallowed_page_is_never_fetched_and_its_push_says_which_rule(public,
         public.set_page(path, f"<h1>{path}</h1>")
     urls = {p: public.url(p) for p in ("/private/secret", "/private/open.html", "/public")}
     report = push_all(conn, local(receiver), list(urls.values()))
-    assert (report.pushed, report.failed) == (2, 1)
+    assert (report.pushed, report.failed, report.disallowed) == (2, 0, 1)   # a verdict, no crawler failure
     rows = push_rows(conn)
     assert rows[urls["/private/secret"]] == (
-        "failed", "robots.txt: Disallow: /private/ (group for '*')")
+        "disallowed", "robots.txt: Disallow: /private/ (group for '*')")
     assert rows[urls["/public"]][0] == rows[urls["/private/open.html"]][0] == "pushed"
     assert public.hits["/private/secret"] == 0
     assert public.hits["/public"] == public.hits["/private/open.html"] == 1   # Allow: the longer match
@@ -109,9 +110,9 @@ def test_a_redirect_into_a_disallowed_path_is_not_followed(public, receiver, con
     public.redirect("/moved", "/private/target", status=302)
     public.set_page("/private/target", "<h1>secret</h1>")
     report = push_all(conn, local(receiver), [public.url("/moved")])
-    assert (report.pushed, report.failed) == (0, 1)
+    assert (report.pushed, report.failed, report.disallowed) == (0, 0, 1)
     result, error = push_rows(conn)[public.url("/moved")]
-    assert result == "failed"
+    assert result == "disallowed"
     assert error == ("robots.txt: Disallow: /private/ (group for '*') "
                      f"(redirected from {public.url('/moved')})")
     assert public.hits["/moved"] == 1 and public.hits["/private/target"] == 0
@@ -279,9 +280,10 @@ def test_the_group_for_the_agent_s_product_token_is_the_one_obeyed(public, recei
     try:
         mine, theirs = blocked.push(public.url("/page")), other.push(public.url("/page"))
         assert blocked.drain(20) == 0 and other.drain(20) == 0
-        assert blocked.delivery_failures([mine.rid]) == {
-            mine.rid: "robots.txt: Disallow: / (group for 'rag-test')"}
-        assert other.delivery_failures([theirs.rid]) == {}
+        assert blocked.delivery_failures([mine.rid]) == {}      # not fetched, reported apart: no failure
+        assert blocked.robots_refusals([mine.rid]) == {
+            mine.rid: RobotsRefusal("robots.txt: Disallow: / (group for 'rag-test')", 3600.0, public.url("/page"))}
+        assert other.delivery_failures([theirs.rid]) == other.robots_refusals([theirs.rid]) == {}
     finally:
         blocked.close()
         other.close()
