@@ -288,7 +288,11 @@ def get_pool(url: str, *, max_size: int = 4, statement_timeout_s: float | None =
         pool = _pools.get(key)
         if pool is None:
             configure = functools.partial(_configure, statement_timeout_ms=timeout_ms)
+            # `check`: a connection the server dropped while idle in the pool (a restart, a
+            # terminate) is replaced before it is handed out, not failed on its first statement:
+            # after a restart every sensor tick failed that way until its pool had cycled.
             pool = ConnectionPool(url, min_size=1, max_size=max_size, configure=configure, open=True,
+                                  check=ConnectionPool.check_connection,
                                   kwargs={"connect_timeout": 10}, name="rag")
             _pools[key] = pool
         return pool
