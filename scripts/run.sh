@@ -140,7 +140,7 @@ cat <<MSG
 
   rag-pipeline is running (embeddings: $provider)
     Dagster UI : http://127.0.0.1:$DAGSTER_PORT   (delivery_sensor ticks every 15 s)
-    Webhook    : http://127.0.0.1:$WEBHOOK_PORT/webhook?token=…  (token: WEBHOOK_TOKEN, or $RAG_HOME/webhook_token)
+    Webhook    : http://127.0.0.1:$WEBHOOK_PORT/webhook  (X-Webhook-Token header, or ?token= for a crawler's callback URL; WEBHOOK_TOKEN, or $RAG_HOME/webhook_token)
     Site       : http://127.0.0.1:$SITE_PORT  (samples/site; its sitemap read every 2 min, pages crawled by the $CRAWLER crawler)
     Discovery  : .venv/bin/rag-pipeline site show sample   (add a page to samples/site/docs/: it is found and indexed)
     Cadence    : .venv/bin/rag-pipeline cadence show http://127.0.0.1:$SITE_PORT/pricing
