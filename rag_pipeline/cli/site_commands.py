@@ -163,7 +163,7 @@ def _record(site_name: str, result, settings) -> str:
 
     import dagster as dg
 
-    from rag_pipeline.components.discovery_asset import discovery_key, reading_metadata
+    from rag_pipeline.components.discovery_asset import DISCOVERY_CHECK, discovery_key, reading_check, reading_metadata
     from rag_pipeline.defs import check_states
     from rag_pipeline.defs.index.events import write_runless
 
@@ -177,6 +177,9 @@ def _record(site_name: str, result, settings) -> str:
             with check_states.instance_at(home) as instance:
                 write_runless(instance, [dg.AssetMaterialization(asset_key=discovery_key(site_name),
                                                                  metadata=reading_metadata(result))])
+                # Its check with it, or the UI greys the sensor's last one out as older than this.
+                instance.report_runless_asset_event(dg.AssetCheckEvaluation(
+                    asset_key=discovery_key(site_name), check_name=DISCOVERY_CHECK, **reading_check(result)))
         except Exception as exc:  # the reading is applied either way; say why the UI will not show it
             return f"not recorded in Dagster: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return f"recorded on {discovery_key(site_name).to_user_string()} in {home}"

@@ -48,6 +48,12 @@ def reading_metadata(result: ReadingResult) -> dict:
     return metadata
 
 
+def reading_check(result: ReadingResult) -> dict:
+    """discovery_read_cleanly's result fields for a reading, made in a run or by `site discover`."""
+    return {"passed": result.complete, "severity": dg.AssetCheckSeverity.WARN,
+            "metadata": {"problems": len(result.errors), "first_problem": result.errors[0] if result.errors else ""}}
+
+
 def discovery_asset(spec: SiteSpec, rules: CadenceRules | None, group: str) -> dg.AssetsDefinition:
     key = discovery_key(spec.name)
 
@@ -75,11 +81,7 @@ def discovery_asset(spec: SiteSpec, rules: CadenceRules | None, group: str) -> d
             context.log.warning(f"{spec.name}: {problem}")
         return dg.MaterializeResult(
             metadata=reading_metadata(result),
-            check_results=[dg.AssetCheckResult(
-                check_name=DISCOVERY_CHECK, passed=result.complete,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={"problems": len(result.errors),
-                          "first_problem": result.errors[0] if result.errors else ""})],
+            check_results=[dg.AssetCheckResult(check_name=DISCOVERY_CHECK, **reading_check(result))],
         )
 
     return discovery

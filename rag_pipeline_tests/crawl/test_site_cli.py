@@ -152,3 +152,24 @@ def test_the_pages_line_adds_up_when_a_redirect_alias_is_among_them():
            "aliases": 1}
     assert pages_line(row) == ("6 (5 live, 5 listed, 0 unlisted, 0 tombstoned, 0 due, 0 never crawled; 1 of the 6 "
                                "is a redirect alias (its URL redirects to a page counted here))")
+
+
+def test_a_reading_from_the_cli_records_its_check_with_it(database_url, monkeypatch, tmp_path):
+    """`site discover` records the reading on `<site>/discovery` and discovery_read_cleanly with
+    it: the UI shows the check as evaluated for that reading, not greyed out by it."""
+    import dagster as dg
+
+    from rag_pipeline import compat
+    from rag_pipeline.components.discovery_asset import DISCOVERY_CHECK, discovery_key
+
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")   # a local (sqlite) instance
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_POSTGRES_URL", "unused-by-this-instance")
+    with LoopbackSite(SAMPLE_SITE) as site:
+        _env(monkeypatch, database_url, site.base_url)
+        result = CliRunner().invoke(cli, ["site", "discover", "sample"])
+    assert result.exit_code == 0 and f"recorded on sample/discovery in {tmp_path}" in result.output, result.output
+    key = dg.AssetCheckKey(discovery_key("sample"), DISCOVERY_CHECK)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.fetch_materializations(discovery_key("sample"), limit=1).records
+        assert compat.shown_as_evaluated(instance, [key]) == {key: True}
