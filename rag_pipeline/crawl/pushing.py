@@ -129,12 +129,19 @@ def fail_undelivered(conn: psycopg.Connection, crawler: Crawler, report: PushRep
         pages = {rid: page for page, rid in report.rids.items() if rid in failed}
         schedule.after_push(conn, [], list(pages.values()), tombstone_recheck=timedelta(0),  # none pushed
                             retry_after=FAILED_PUSH_RETRY)
+    report.errors += _unpushed(report, pages, crawl_urls, failures)
+    report.failed += len(pages)
+
+
+def _unpushed(report: PushReport, pages: dict[str, str], crawl_urls: dict[str, str], why: dict[str, str]) -> list[str]:
+    """Takes `pages` (rid: page) out of what the report counts as pushed; "url: why" for each."""
+    lines = []
     for rid, page in pages.items():
         del report.rids[page]
         report.urls.remove(crawl_urls[page])
-        report.errors.append(f"{crawl_urls[page]}: {failures[rid]}")
+        lines.append(f"{crawl_urls[page]}: {why[rid]}")
     report.pushed -= len(pages)
-    report.failed += len(pages)
+    return lines
 
 
 def hold_disallowed(conn: psycopg.Connection, crawler: Crawler, report: PushReport,
@@ -151,11 +158,7 @@ def hold_disallowed(conn: psycopg.Connection, crawler: Crawler, report: PushRepo
         disallowed.refused(conn, {page: disallowed.Refusal(refusals[rid].rule, refusals[rid].url,
                                                            timedelta(seconds=refusals[rid].holds_s))
                                   for rid, page in pages.items()})
-    for rid, page in pages.items():
-        del report.rids[page]
-        report.urls.remove(crawl_urls[page])
-        report.disallowed_urls.append(f"{crawl_urls[page]}: {refusals[rid].rule}")
-    report.pushed -= len(pages)
+    report.disallowed_urls += _unpushed(report, pages, crawl_urls, {rid: r.rule for rid, r in refusals.items()})
     report.disallowed += len(pages)
 
 

@@ -46,6 +46,24 @@ def refusals(receiver: str) -> int:
     return int(float(found.group(1))) if found else 0
 
 
+
+def token_receiver(seen: list, where):
+    """A bare ASGI receiver that answers `stored` and records (where(scope), its X-Webhook-Token)."""
+    async def receiver(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        seen.append((where(scope), headers.get("x-webhook-token")))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"status": "stored"}'})
+
+    return receiver
+
 def test_seed_delivers_with_the_token_file_when_webhook_token_is_unset(local_seed, conn):
     write_token_file(TOKEN)
     result = CliRunner().invoke(cli, ["seed", str(local_seed), "--wait", "30"])
@@ -103,19 +121,7 @@ def test_deliver_sends_the_token_in_a_header_never_in_the_url(database_url, tmp_
     page = tmp_path / "page.md"
     page.write_text("# Page\n")
     seen: list[tuple[str, str | None]] = []
-
-    async def receiver(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        while (await receive()).get("more_body"):
-            pass
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        seen.append((scope["query_string"].decode(), headers.get("x-webhook-token")))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b'{"status": "stored"}'})
+    receiver = token_receiver(seen, lambda scope: scope["query_string"].decode())
 
     with serve(receiver) as base:
         result = CliRunner().invoke(cli, ["deliver", "https://example.com/p", str(page), "--webhook", base + "/webhook"])
@@ -207,19 +213,7 @@ def test_the_local_crawler_sends_the_token_in_a_header_never_in_the_url(site, mo
     from rag_pipeline.crawl.factory import make_crawler
 
     seen: list[tuple[str, str | None]] = []
-
-    async def receiver(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        while (await receive()).get("more_body"):
-            pass
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        seen.append((scope["path"] + "?" + scope["query_string"].decode(), headers.get("x-webhook-token")))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b'{"status": "stored"}'})
+    receiver = token_receiver(seen, lambda scope: scope["path"] + "?" + scope["query_string"].decode())
 
     site.set_page("/p", "<h1>P</h1>")
     with serve(receiver) as base:
