@@ -91,6 +91,29 @@ def test_follow_shows_the_errors_services_log_once_a_window(tmp_path, capsys):
         assert _lines(capsys) == ["db.log: embedded server on /x is down; starting it again"]
 
 
+def test_follow_shows_each_traceback_by_its_exception(tmp_path, capsys):
+    """A traceback's first line is the same for all: shown as that, the first hid every other."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def traceback(exception: str) -> str:
+        return ("Traceback (most recent call last):\n"
+                '  File "/x/rag_pipeline/cli/db_commands.py", line 80, in watch\n'
+                "    keeper.check()\n" + exception + "\n")
+
+    with dg.instance_for_test() as instance:
+        follower = _Follower(instance, "unused", time.time(), logs)
+        (logs / "db.log").write_text(traceback("psycopg.OperationalError: connection refused"))
+        follower.look()
+        follower.look()   # quiet since: no chained traceback to wait for
+        with (logs / "db.log").open("a") as f:
+            f.write(traceback("PermissionError: [Errno 13] Permission denied: '/x/pgdata'"))
+        follower.look()
+        follower.look()
+        assert _lines(capsys) == ["db.log: psycopg.OperationalError: connection refused",
+                                  "db.log: PermissionError: [Errno 13] Permission denied: '/x/pgdata'"]
+
+
 def test_follow_without_an_instance_is_one_line(tmp_path, database_url, monkeypatch):
     from click.testing import CliRunner
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from rag_pipeline.cli.common import CliError, dagster_storage_url, index_url
-from rag_pipeline.core.run_lines import BATCH_JOB, Repeats, RunEnd, error_in_log, first_line, run_line
+from rag_pipeline.core.run_lines import BATCH_JOB, LogErrors, Repeats, RunEnd, first_line, run_line
 from rag_pipeline.settings import get_settings
 
 PAGES_TAG = "rag/pages"   # as defs/index/batch_runs.py tags a batch run (not imported: no Dagster defs here)
@@ -67,6 +67,7 @@ class _Follower:
         self.shown: dict[str, float] = {}     # run id → its update time
         self.offsets: dict[Path, int] = {}
         self.partial: dict[Path, bytes] = {}
+        self.errors: dict[Path, LogErrors] = {}
         self.repeats = Repeats()
 
     def look(self) -> None:
@@ -136,16 +137,16 @@ class _Follower:
         if self.logs_dir is None or not self.logs_dir.is_dir():
             return
         for path in sorted(self.logs_dir.glob("*.log")):
-            for line in self._new_lines(path):
-                shown = error_in_log(path.name, line)
-                if shown:
-                    self._say(shown, dedupe=True)
+            errors = self.errors.setdefault(path, LogErrors(path.name))
+            for shown in errors.lines(self._new_lines(path)):
+                self._say(shown, dedupe=True)
 
     def _new_lines(self, path: Path) -> list[str]:
         size = path.stat().st_size
         offset = self.offsets.get(path, 0)
         if size < offset:   # the file was started anew
             offset, self.partial[path] = 0, b""
+            self.errors[path] = LogErrors(path.name)
         if size == offset:
             return []
         with path.open("rb") as f:

@@ -19,9 +19,14 @@ REPEAT_WINDOW_S = 600.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Dagster's log format (`… - dagster.daemon.SensorDaemon - ERROR - …`), uvicorn's (`ERROR:    …`),
-# the receiver's JSON lines (`"level":"error"`), and a traceback's first line.
-_ERROR = re.compile(r" - (ERROR|CRITICAL) - |^(ERROR|CRITICAL):|\"level\":\s*\"(error|critical)\"|"
-                    r"^Traceback \(most recent call last\)")
+# and the receiver's JSON lines (`"level":"error"`). A traceback is `LogErrors`'.
+_ERROR = re.compile(r" - (ERROR|CRITICAL) - |^(ERROR|CRITICAL):|\"level\":\s*\"(error|critical)\"")
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
+# Between the tracebacks of a chained exception: the last one's exception is the one raised.
+_CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+# A traceback's last line: the exception's (dotted) class, and its message if it has one; not a
+# log line's level (uvicorn's `INFO:     …`).
+_EXCEPTION = re.compile(r"^(?![A-Z]+:)[A-Za-z_][\w.]*(: |$)")
 # `rag-pipeline db watch` writes only when the server went down, came back or cannot be started.
 _DB_INCIDENT = re.compile(r"^(embedded server .* (is down|is back|is stopped)|could not start it)")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:.,]+( ?[+-]\d{4}|Z)?( - )?")
@@ -71,6 +76,52 @@ def error_in_log(log_name: str, line: str) -> Optional[str]:
     if not (_ERROR.search(plain) or (log_name == "db.log" and _DB_INCIDENT.match(plain))):
         return None
     return f"{log_name}: {first_line(_TIMESTAMP.sub('', plain))}"
+
+
+class LogErrors:
+    """One log file's new lines in, the lines to show out. A traceback is shown as its last line,
+    the exception's class and message: its first line is the same for every traceback, so shown
+    (and keyed by `Repeats`) as that, one would hide every other for a whole window. That line is
+    held until the log goes on past it or a look finds it quiet, since a chained exception's
+    traceback may follow, whose exception is the one raised."""
+
+    def __init__(self, log_name: str):
+        self.log_name = log_name
+        self._in_traceback = False
+        self._held: Optional[str] = None
+
+    def lines(self, new: list[str]) -> list[str]:
+        """The lines to show for `new`, the lines a look read (none: the log was quiet)."""
+        shown = [out for line in new for out in self._line(_ANSI.sub("", line).rstrip())]
+        if not new:
+            shown.extend(self._release())
+        return shown
+
+    def _line(self, plain: str) -> list[str]:
+        if self._in_traceback:
+            if not plain or plain[0].isspace():     # a frame, its source line, a caret line
+                return []
+            self._in_traceback = False
+            if not _EXCEPTION.match(plain):         # its end never logged (a process killed mid-write)
+                return [f"{self.log_name}: a traceback cut short (see the log)", *self._line(plain)]
+            self._held = plain
+            return []
+        if self._held is not None:
+            if not plain:
+                return []
+            if _CHAINED.match(plain):
+                self._held = None
+                return []
+            return [*self._release(), *self._line(plain)]
+        if _TRACEBACK.match(plain):
+            self._in_traceback = True
+            return []
+        shown = error_in_log(self.log_name, plain)
+        return [shown] if shown else []
+
+    def _release(self) -> list[str]:
+        held, self._held = self._held, None
+        return [f"{self.log_name}: {first_line(held)}"] if held else []
 
 
 class Repeats:

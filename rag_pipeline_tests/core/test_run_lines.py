@@ -1,6 +1,6 @@
 """What `make run`'s terminal shows of a run that ended and of a line a service logged."""
 
-from rag_pipeline.core.run_lines import Repeats, RunEnd, error_in_log, first_line, run_line
+from rag_pipeline.core.run_lines import LogErrors, Repeats, RunEnd, error_in_log, first_line, run_line
 
 
 def test_a_batch_that_ended_is_one_line_with_its_pages_and_tokens():
@@ -49,6 +49,44 @@ def test_an_error_repeated_every_tick_is_shown_once_a_window():
     assert not seen.fresh("dagster.log: Sensor x failed at tick 13", 15)
     assert seen.fresh("dagster.log: Sensor y failed at tick 13", 15)
     assert seen.fresh("dagster.log: Sensor x failed at tick 14", 601)
+
+
+def _traceback(*exception: str) -> list[str]:
+    return ["Traceback (most recent call last):", '  File "/x/watch.py", line 12, in check',
+            "    conn = psycopg.connect(url)", "           ^^^^^^^^^^^^^^^^^^^^^", *exception]
+
+
+def test_a_traceback_is_shown_as_its_exception_and_two_different_ones_are_both_shown():
+    errors = LogErrors("db.log")
+    assert errors.lines(_traceback("psycopg.OperationalError: connection refused on port 5432")) == []
+    # Held while a chained traceback may follow; the next line, or a quiet look, shows it.
+    assert errors.lines(["watching the embedded server on /x every 2 s"]) == \
+        ["db.log: psycopg.OperationalError: connection refused on port 5432"]
+    assert errors.lines(_traceback("KeyError: 'pgdata'")) == []
+    assert errors.lines([]) == ["db.log: KeyError: 'pgdata'"]
+    assert errors.lines([]) == []
+    # Each keyed by its exception: the second traceback is not the first one repeated.
+    seen = Repeats(window_s=600)
+    assert seen.fresh("db.log: psycopg.OperationalError: connection refused on port 5432", 0)
+    assert seen.fresh("db.log: KeyError: 'pgdata'", 5)
+    assert not seen.fresh("db.log: psycopg.OperationalError: connection refused on port 5433", 10)
+
+
+def test_a_chained_traceback_is_shown_as_the_exception_raised_last():
+    errors = LogErrors("dagster.log")
+    lines = ["\x1b[32m2026-12-07 05:37:15 +0000\x1b[0m - dagster.daemon - ERROR - tick failed",
+             *_traceback("KeyError: 'a'"), "",
+             "The above exception was the direct cause of the following exception:", "",
+             *_traceback("ValueError: boom 12", "second line of its message"),
+             "2026-12-07 05:37:16 +0000 - dagster.daemon - INFO - Checking for new runs"]
+    assert errors.lines(lines) == ["dagster.log: dagster.daemon - ERROR - tick failed", "dagster.log: ValueError: boom 12"]
+
+
+def test_a_traceback_cut_short_is_still_shown():
+    errors = LogErrors("webhook.log")
+    cut = _traceback()[:2] + ["ERROR:    [Errno 98] address already in use"]
+    assert errors.lines(cut) == ["webhook.log: a traceback cut short (see the log)",
+                                 "webhook.log: ERROR:    [Errno 98] address already in use"]
 
 
 def test_first_line():
