@@ -145,8 +145,8 @@ def check_text(text: str, file: str, default_name: str, *, type_required: bool =
             reason += f": not a site field{f' (did you mean {close[0]}?)' if close else ''}"
         return problem(("attributes", *where), reason, name=name)
     component._folder, component._source = default_name, file
-    if not component.enabled:
-        return component
+    # Judged whatever `enabled` says: a file switched off here (the sample site's, in a CI without
+    # SAMPLE_SITE_URL) is on where it is deployed, and must not pass the gate only to fail there.
     try:
         spec = component.spec()
         component.cadence_rules(spec.name)
@@ -159,6 +159,9 @@ def check_text(text: str, file: str, default_name: str, *, type_required: bool =
             reason = reason.removeprefix(f"{exc.field[0]} ")
         if exc.field == ("name",) and "name" not in attributes:
             reason += f" (the name is the {'folder' if type_required else 'file'}'s: rename it, or set `name:`)"
+        if not component.enabled and "{{" in str(attributes.get(exc.field[0] if exc.field else "", "")):
+            reason += (" (as its template renders here, where the site is switched off: give env() a default "
+                       "that makes a valid value, as the sample site's does)")
         return problem(path, reason, name=name)
     return component
 

@@ -116,7 +116,29 @@ def test_a_bad_site_file_is_named_by_check_list_show_and_status_and_the_others_w
 
     (folder / "typo.yaml").write_text(TYPO.replace("sitemap:", "sitemaps:"))
     fixed = CliRunner().invoke(cli, ["site", "check"])
-    assert fixed.exit_code == 0 and fixed.output == "3 site(s) OK (1 switched off)\n"
+    assert fixed.exit_code == 0 and fixed.output == "2 site(s) OK, 1 switched off (checked)\n"
+
+
+OFF_AND_BAD = ("attributes:\n  enabled: false\n  sitemaps: [\"htp://not a url\"]\n  discover_every: 5s\n")
+
+
+def test_site_check_judges_a_switched_off_site_and_does_not_count_it_ok(database_url, monkeypatch, tmp_path):
+    """A switched-off site's file is on where it is deployed: `site check` must fail on it here."""
+    _env(monkeypatch, database_url, None)
+    folder = _sites_dir(tmp_path, monkeypatch, {"docs.yaml": "attributes:\n  seeds: [https://docs.example.com/]\n",
+                                                "off.yaml": OFF_AND_BAD})
+    checked = CliRunner().invoke(cli, ["site", "check"])
+    assert checked.exit_code == 1, checked.output
+    assert checked.output == (f"{folder / 'off.yaml'}:3: sitemaps[0]: only http and https URLs can be indexed, "
+                              "got 'htp://not a url'\n")
+    (folder / "off.yaml").write_text(OFF_AND_BAD.replace("htp://not a url", "https://off.example.com/s.xml"))
+    checked = CliRunner().invoke(cli, ["site", "check"])
+    assert checked.exit_code == 1 and checked.output == f"{folder / 'off.yaml'}:4: discover_every: must be at least 1m\n"
+    (folder / "off.yaml").write_text(OFF_AND_BAD.replace("htp://not a url", "https://off.example.com/s.xml")
+                                     .replace("5s", "1h"))
+    # docs, and two switched off (the sample site without SAMPLE_SITE_URL, and off): checked, not "OK".
+    checked = CliRunner().invoke(cli, ["site", "check"])
+    assert checked.exit_code == 0 and checked.output == "1 site(s) OK, 2 switched off (checked)\n", checked.output
 
 
 def test_show_and_discover_of_an_unknown_site_list_the_same_sites(database_url, monkeypatch, tmp_path):

@@ -184,6 +184,52 @@ def test_a_switched_off_site_is_not_a_problem(project):
     assert not found.problems and [c._folder for c in found.disabled] == ["off"]
 
 
+def test_a_switched_off_site_is_judged_as_fully_as_the_others(project):
+    (project / "off").mkdir()
+    (project / "off" / "defs.yaml").write_text(textwrap.dedent("""\
+        type: rag_pipeline.components.SiteComponent
+        attributes:
+          enabled: false
+          seeds: [https://off.example.com/]
+          cadence:
+            default: often
+        """))
+    (project / "templated").mkdir()
+    (project / "templated" / "defs.yaml").write_text(textwrap.dedent("""\
+        type: rag_pipeline.components.SiteComponent
+        attributes:
+          enabled: "{{ env('NO_SUCH_VARIABLE_HERE', '') != '' }}"
+          sitemaps: ["{{ env('NO_SUCH_VARIABLE_HERE', '') }}/sitemap.xml"]
+        """))
+    found = declarations(project, sites_dir=None)
+    assert found.names() == ["good"] and found.disabled == []
+    off, templated = found.problems
+    assert off.one_line().startswith(f"{project / 'off' / 'defs.yaml'}:5: cadence: cannot read interval 'often'")
+    assert "give env() a default" not in off.reason      # no template there: no hint about one
+    assert templated.file.endswith("templated/defs.yaml") and templated.line == 4
+    assert templated.field == "sitemaps[0]" and "give env() a default" in templated.reason
+
+
+def test_the_sample_sites_own_file_passes_without_sample_site_url(monkeypatch):
+    from rag_pipeline.components.site_files import PACKAGE_SITES
+
+    configure(monkeypatch, SITES_DIR=None, SAMPLE_SITE_URL=None)
+    found = declarations(PACKAGE_SITES, sites_dir=None)
+    assert found.problems == [] and [c.spec().name for c in found.disabled] == ["sample"]
+
+
+def test_validation_mode_fails_on_a_bad_switched_off_file(monkeypatch, tmp_path):
+    """`dg check defs` is the deploy gate: a file switched off where it is checked still fails it."""
+    from rag_pipeline.definitions import defs
+
+    folder = tmp_path / "sites_dir"
+    folder.mkdir()
+    (folder / "off.yaml").write_text("attributes:\n  enabled: false\n  sitemaps: ['htp://not a url']\n")
+    configure(monkeypatch, SITES_DIR=str(folder), DAGSTER_IS_DEFS_VALIDATION_CLI="1")
+    with pytest.raises(SiteError, match=r"off.yaml:3: sitemaps\[0\]: only http and https URLs"):
+        defs()
+
+
 def test_a_site_error_carries_its_field():
     from rag_pipeline.core.site_spec import SiteSpec
 
