@@ -25,8 +25,16 @@ from rag_pipeline.core.site_problems import SiteProblem, field_label, field_line
 from rag_pipeline.core.site_spec import SiteError
 
 SITE_TYPE = "rag_pipeline.components.SiteComponent"
-# What a component file may hold besides `type` and `attributes` (Dagster's own keys).
-_FILE_KEYS = {"type", "attributes", "requirements", "template_vars_module", "post_processing"}
+# What a site file may hold: `type`, `attributes`, and `requirements` (the env vars it reads, for `dg`).
+_FILE_KEYS = {"type", "attributes", "requirements"}
+# Dagster's keys of a component file that a site file cannot honour, and why: a site file is read
+# here, not by Dagster's loader, so they would be accepted and silently do nothing.
+_UNSUPPORTED = {
+    "post_processing": "not supported in a site file: its assets are built by SiteComponent, not by Dagster's "
+                       "loader, which applies post_processing (set tags, groups and the rest through the site's fields)",
+    "template_vars_module": "not supported in a site file: its templates resolve with Dagster's built-ins only "
+                            "(`env('X', 'default')`), never with a module's template vars",
+}
 PACKAGE_SITES = Path(__file__).resolve().parents[1] / "defs" / "sites"
 
 
@@ -120,6 +128,8 @@ def check_text(text: str, file: str, default_name: str, *, type_required: bool =
         return problem(("attributes",), "expected a mapping of the site's fields", "attributes")
     name = attributes.get("name") if isinstance(attributes.get("name"), str) and attributes.get("name") else default_name
     for key in document:
+        if key in _UNSUPPORTED:
+            return problem((key,), _UNSUPPORTED[key], str(key), name)
         if key not in _FILE_KEYS:
             return problem((key,), "not a key of a component file (type, attributes)", str(key), name)
     kind = document.get("type")

@@ -47,6 +47,12 @@ BAD = {
     "not_a_site": ("type: dagster.DefsFolderComponent\nattributes: {}\n", 1, "type", "'dagster.DefsFolderComponent' is not"),
     "no_start": ("type: rag_pipeline.components.SiteComponent\nattributes:\n  max_pages: 10\n", 2, "sitemaps",
                  "declare at least one of sitemaps or seeds"),
+    "post_processing": ("type: rag_pipeline.components.SiteComponent\nattributes:\n  seeds: [https://a.example.com/]\n"
+                        "post_processing:\n  assets:\n    - attributes: {group_name: other}\n", 4, "post_processing",
+                        "not supported in a site file: its assets are built by SiteComponent"),
+    "template_vars_module": ("type: rag_pipeline.components.SiteComponent\ntemplate_vars_module: .vars\nattributes:\n"
+                             "  seeds: [https://a.example.com/]\n", 2, "template_vars_module",
+                             "not supported in a site file: its templates resolve with Dagster's built-ins only"),
     "template": ("type: rag_pipeline.components.SiteComponent\nattributes:\n  seeds: [\"{{ nosuch.thing }}\"]\n", 3,
                  "seeds", "template: "),
 }
