@@ -158,9 +158,13 @@ def site_discover(name: str) -> None:
         raise click.exceptions.Exit(1)
 
 
+READ_BY = "rag-pipeline site discover"
+
+
 def _record(site_name: str, result, settings) -> str:
     """The reading as a materialization of the site's discovery asset, or why it was not recorded."""
     import os
+    import socket
     from pathlib import Path
 
     import dagster as dg
@@ -172,16 +176,23 @@ def _record(site_name: str, result, settings) -> str:
     home = Path(os.environ.get("DAGSTER_HOME") or settings.rag_home / "dagster_home")
     if not (home / "dagster.yaml").is_file():
         return f"not recorded in Dagster: no instance at {home} (set DAGSTER_HOME)"
+    # Said on both events: a shell's reading (its own environment, its own network) must not pass
+    # for the sensor's in the UI, where it turns the deployment's check red or green.
+    origin = {"read_by": READ_BY, "read_on": socket.gethostname()}
+    check = reading_check(result)
+    check = {**check, "metadata": {**check["metadata"], **origin},
+             "description": f"read by `{READ_BY}` from a shell: "
+                            + (result.errors[0] if result.errors else result.summary)}
     with dagster_storage_url(settings) as missing:
         if missing:
             return f"not recorded in Dagster: {missing}"
         try:
             with check_states.instance_at(home) as instance:
                 write_runless(instance, [dg.AssetMaterialization(asset_key=discovery_key(site_name),
-                                                                 metadata=reading_metadata(result))])
+                                                                 metadata={**reading_metadata(result), **origin})])
                 # Its check with it, or the UI greys the sensor's last one out as older than this.
                 instance.report_runless_asset_event(dg.AssetCheckEvaluation(
-                    asset_key=discovery_key(site_name), check_name=DISCOVERY_CHECK, **reading_check(result)))
+                    asset_key=discovery_key(site_name), check_name=DISCOVERY_CHECK, **check))
         except Exception as exc:  # the reading is applied either way; say why the UI will not show it
             return f"not recorded in Dagster: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return f"recorded on {discovery_key(site_name).to_user_string()} in {home}"

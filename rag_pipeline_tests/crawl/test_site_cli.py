@@ -193,5 +193,32 @@ def test_a_reading_from_the_cli_records_its_check_with_it(database_url, monkeypa
     assert result.exit_code == 0 and f"recorded on sample/discovery in {tmp_path}" in result.output, result.output
     key = dg.AssetCheckKey(discovery_key("sample"), DISCOVERY_CHECK)
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        assert instance.fetch_materializations(discovery_key("sample"), limit=1).records
+        [record] = instance.fetch_materializations(discovery_key("sample"), limit=1).records
         assert compat.shown_as_evaluated(instance, [key]) == {key: True}
+        # Both say where they came from: a shell's reading must not pass for the sensor's.
+        assert record.asset_materialization.metadata["read_by"].value == "rag-pipeline site discover"
+        check = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        evaluation = check.event.dagster_event.event_specific_data
+    assert evaluation.passed and evaluation.metadata["read_by"].value == "rag-pipeline site discover"
+    assert evaluation.description.startswith("read by `rag-pipeline site discover` from a shell: complete: 6 listed")
+
+
+def test_a_failed_reading_from_the_cli_says_in_dagster_that_a_shell_made_it(database_url, monkeypatch, tmp_path):
+    import dagster as dg
+
+    from rag_pipeline.components.discovery_asset import DISCOVERY_CHECK, discovery_key
+
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_POSTGRES_URL", "unused-by-this-instance")
+    with LoopbackSite() as site:     # answers 404 to everything
+        _env(monkeypatch, database_url, site.base_url)
+        result = CliRunner().invoke(cli, ["site", "discover", "sample"])
+    assert result.exit_code == 1 and "recorded on sample/discovery" in result.output, result.output
+    key = dg.AssetCheckKey(discovery_key("sample"), DISCOVERY_CHECK)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        check = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        evaluation = check.event.dagster_event.event_specific_data
+    assert not evaluation.passed and evaluation.metadata["read_by"].value == "rag-pipeline site discover"
+    assert evaluation.description == (f"read by `rag-pipeline site discover` from a shell: "
+                                      f"{site.url('/sitemap.xml')}: answered 404")
