@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # Staged per COPY: bounds what a reading holds in memory, whatever the sitemaps list.
 STAGE_ROWS = 5_000
+# Pages judged by robots.txt per keyset read, their verdicts written in one short transaction.
+JUDGE_ROWS = 5_000
 # A sitemap index may list indexes (the protocol says it must not; some sites do): this deep.
 MAX_INDEX_DEPTH = 2
 # The figures a reading reports, in the order the UI plots them.
@@ -241,42 +243,42 @@ class _Reader:
             self.counts[k] = before[k]
 
     def judge_pages(self) -> None:
-        """The site's known pages by robots.txt as this reading read it, in batches: those it
-        disallows held out of the queue past the next reading, those it allows again due now. A
-        page whose robots.txt could not be read is left as it was (an outage is no verdict). One
-        pass over the site's pages in Python, a statement per 5,000 verdicts."""
-        disallowed: dict[str, str] = {}
-        allowed: list[str] = []
-
-        def judged() -> None:
+        """The site's known pages by robots.txt as this reading read it: those it disallows held
+        out of the queue past the next reading, those it allows again due now. A page whose
+        robots.txt could not be read is left as it was (an outage is no verdict). Every robots.txt
+        is read first, outside any transaction; then the pages are read a keyset batch at a time
+        and each batch's verdicts written in a short transaction of their own, so a pass over a
+        large site keeps no snapshot open and no page row locked (batch runs lock those rows)."""
+        # Pages on the site's start hosts, or on a host this reading read robots.txt of already:
+        # another host's robots.txt is the crawler's to read (a reading is not failed by it).
+        for origin in self.spec.robots_origins():
+            if origin not in {o.lower() for o in self._robots} and \
+                    robots_verdicts.has_pages_on(self.conn, self.spec.name, origin):
+                self.robots(origin)
+        unreadable = {o.lower() for o in self._unreadable}
+        judges = {o.lower(): r for o, r in self._robots.items() if o.lower() not in unreadable}
+        after = None
+        while batch := robots_verdicts.site_pages(self.conn, self.spec.name, after, JUDGE_ROWS):
+            after = batch[-1][0]
+            disallowed: dict[str, str] = {}
+            allowed: list[str] = []
+            for _, url, crawl_url, marked_for in batch:
+                # A page the crawler found disallowed at a hop of its redirect is judged by that hop
+                # when it is on the page's origin; elsewhere the crawler's own hold decides.
+                judged_url = marked_for or crawl_url
+                origin = _origin(judged_url)
+                robots = judges.get(origin.lower())
+                if robots is None or origin != _origin(crawl_url):
+                    continue
+                rule = robots.why_disallowed(judged_url, self.agent)
+                if rule and judged_url == crawl_url:
+                    disallowed[url] = rule
+                elif not rule and marked_for is not None:
+                    allowed.append(url)
             marked, released = robots_verdicts.judged(self.conn, self.spec.name, disallowed, allowed,
                                                       holds=2 * self.spec.discover_every)
             self.counts["pages_disallowed"] += marked
             self.counts["allowed_again"] += released
-            disallowed.clear()
-            allowed.clear()
-
-        # Pages on the site's start hosts, or on a host this reading read robots.txt of already:
-        # another host's robots.txt is the crawler's to read (a reading is not failed by it).
-        origins = {o.lower() for o in self.spec.robots_origins()}
-        for url, crawl_url, marked_for in robots_verdicts.site_pages(self.conn, self.spec.name):
-            # A page the crawler found disallowed at a hop of its redirect is judged by that hop
-            # when it is on the page's origin; elsewhere the crawler's own hold decides.
-            judged_url = marked_for or crawl_url
-            origin = _origin(judged_url)
-            if origin != _origin(crawl_url) or (origin.lower() not in origins and origin not in self._robots):
-                continue
-            robots = self.robots(crawl_url)
-            if origin in self._unreadable:
-                continue
-            rule = robots.why_disallowed(judged_url, self.agent)
-            if rule and judged_url == crawl_url:
-                disallowed[url] = rule
-            elif not rule and marked_for is not None:
-                allowed.append(url)
-            if len(disallowed) + len(allowed) >= STAGE_ROWS:
-                judged()
-        judged()
 
     def failed(self, url: str, reason: str) -> None:
         self.counts["files_failed"] += 1

@@ -10,9 +10,10 @@ Every statement here is set-based: one per batch of pages, never one per page.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import UUID
 
 import psycopg
 
@@ -51,16 +52,26 @@ def refused(conn: psycopg.Connection, pages: Mapping[str, Refusal]) -> None:
         (urls, [pages[u].rule for u in urls], [pages[u].url for u in urls], [pages[u].holds for u in urls]))
 
 
-def site_pages(conn: psycopg.Connection, site: str, batch: int = 2000) -> Iterator[tuple[str, str, str | None]]:
-    """(page URL, URL as crawled, the URL robots.txt was found to disallow if it is marked) of the
-    site's live pages, through a server-side cursor in a transaction held while the caller
-    iterates (a site may be large)."""
-    with conn.transaction(), conn.cursor(name=f"robots_pages_{site}") as cur:
-        cur.itersize = batch
-        cur.execute("SELECT url, coalesce(crawl_url, url),"
-                    "   CASE WHEN disallowed_at IS NOT NULL THEN coalesce(disallowed_url, crawl_url, url) END"
-                    " FROM pages WHERE site = %s AND alias_of IS NULL AND deleted_at IS NULL", (site,))
-        yield from cur
+def site_pages(conn: psycopg.Connection, site: str, after: UUID | None, limit: int
+               ) -> list[tuple[UUID, str, str, str | None]]:
+    """(page id, page URL, URL as crawled, the URL robots.txt was found to disallow if it is
+    marked) of the site's live pages, the next `limit` in page id order after `after` (None: from
+    the first). A keyset read, one statement on the caller's autocommit connection: a pass over a
+    large site holds no snapshot, and no row locks, from one batch to the next."""
+    after_clause, params = ("", (site, limit)) if after is None else (" AND page_id > %s", (site, after, limit))
+    return conn.execute(
+        "SELECT page_id, url, coalesce(crawl_url, url),"
+        "   CASE WHEN disallowed_at IS NOT NULL THEN coalesce(disallowed_url, crawl_url, url) END"
+        " FROM pages WHERE site = %s AND alias_of IS NULL AND deleted_at IS NULL" + after_clause +
+        " ORDER BY page_id LIMIT %s", params).fetchall()
+
+
+def has_pages_on(conn: psycopg.Connection, site: str, origin: str) -> bool:
+    """Whether the site has a live page crawled on `origin` (`scheme://host[:port]`, lower case):
+    a reading reads that origin's robots.txt to judge them."""
+    return conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pages WHERE site = %s AND alias_of IS NULL AND deleted_at IS NULL"
+        "   AND starts_with(lower(coalesce(crawl_url, url)), %s))", (site, origin.lower() + "/")).fetchone()[0]
 
 
 def judged(conn: psycopg.Connection, site: str, disallowed: Mapping[str, str], allowed: list[str], *,
@@ -68,7 +79,10 @@ def judged(conn: psycopg.Connection, site: str, disallowed: Mapping[str, str], a
     """A reading's verdicts on pages of `site` by their own URL: those robots.txt disallows (page
     URL → rule) are marked, or stamped again, and held out of the queue for `holds` (past the next
     reading) unless their slot is later anyway; those marked before that it allows now are due
-    now. Returns (disallowed, allowed again)."""
+    now. Returns (disallowed, allowed again). One short transaction: its rows are locked no longer
+    than its two statements take."""
+    if not disallowed and not allowed:
+        return 0, 0
     with conn.transaction():
         marked = conn.execute(
             "UPDATE pages p SET disallowed_at = now(), disallowed_rule = d.rule,"

@@ -13,11 +13,13 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 from click.testing import CliRunner
 
 from rag_pipeline.cli import main as cli
 from rag_pipeline.core.addresses import parse_networks
 from rag_pipeline.core.site_spec import SiteSpec
+from rag_pipeline.crawl import discovery
 from rag_pipeline.crawl.discovery import read_site
 from rag_pipeline.crawl.guarded_http import guarded_client
 from rag_pipeline.crawl.local_crawler import LocalCrawler
@@ -226,3 +228,55 @@ def test_a_listed_page_robots_txt_comes_to_disallow_is_held_not_no_longer_listed
     marked, unlisted = conn.execute("SELECT disallowed_rule, unlisted_at IS NOT NULL FROM pages"
                                     " WHERE crawl_url = %s", (site.url("/drafts/b"),)).fetchone()
     assert (marked, unlisted) == (RULE, False)
+
+
+EMPTY_SITEMAP = b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"></urlset>'
+
+
+def _site_with_drafts(conn, site: LoopbackSite, *paths: str) -> SiteSpec:
+    """A site whose sitemap lists nothing and whose pages (`paths`, seeded) robots.txt disallows:
+    its robots.txt is first read when the reading judges them."""
+    robots(site, "User-agent: *\nDisallow: /drafts/\n")
+    site.set_raw("/sitemap.xml", EMPTY_SITEMAP)
+    spec = SiteSpec(name="docs", sitemaps=(site.url("/sitemap.xml"),), robots_sitemaps=False)
+    with conn.transaction():
+        sites_store.sync_declared(conn, [spec])
+        for path in paths:
+            schedule.register(conn, site.url(path), site.url(path), timedelta(minutes=30), explicit=True,
+                              site="docs", shard=None)
+    return spec
+
+
+def test_a_reading_holds_no_transaction_open_while_robots_txt_is_fetched(conn, database_url):
+    """A transaction held across a fetch keeps its snapshot (and the rows it updated, locked) for as
+    long as the site takes to answer: the batch runs that lock those page rows wait for it."""
+    reading_pid = conn.info.backend_pid
+    open_while_fetched: list[bool] = []
+    with LoopbackSite() as site, psycopg.connect(database_url, autocommit=True) as watcher:
+        spec = _site_with_drafts(conn, site, "/drafts/plan")
+        with guarded_client(allowed=ALLOWED, user_agent=AGENT, timeout_s=5) as client:
+            rules = RobotsCache(client, agent=AGENT, ttl_s=0.001, deadline_s=5)
+
+            def robots_for(url: str):
+                open_while_fetched.append(watcher.execute(
+                    "SELECT xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = %s", (reading_pid,)).fetchone()[0])
+                return rules.rules_for(url)
+
+            result = read_site(conn, client, spec, robots_for=robots_for, agent=AGENT,
+                               every_for=lambda url: timedelta(days=1), allowed=ALLOWED, deadline_s=3)
+        assert site.hits["/robots.txt"] == 1
+    assert open_while_fetched == [False]
+    assert result.complete and result.counts["pages_disallowed"] == 1, result.errors
+
+
+def test_a_reading_writes_each_batch_of_verdicts_in_a_transaction_of_its_own(conn, monkeypatch):
+    """Not one transaction for the whole pass over the site: a batch's rows are locked only while
+    that batch is written."""
+    monkeypatch.setattr(discovery, "JUDGE_ROWS", 1)
+    with LoopbackSite() as site:
+        spec = _site_with_drafts(conn, site, "/drafts/a", "/drafts/b", "/drafts/c")
+        result = read(conn, spec)
+    assert result.complete and result.counts["pages_disallowed"] == 3, result.errors
+    # Each row's xmin is the transaction that last wrote it: three batches, three transactions.
+    writers = conn.execute("SELECT xmin::text FROM pages WHERE disallowed_at IS NOT NULL").fetchall()
+    assert len(writers) == 3 and len(set(writers)) == 3, writers
