@@ -31,7 +31,8 @@ _FILE_KEYS = {"type", "attributes", "requirements"}
 # here, not by Dagster's loader, so they would be accepted and silently do nothing.
 _UNSUPPORTED = {
     "post_processing": "not supported in a site file: its assets are built by SiteComponent, not by Dagster's "
-                       "loader, which applies post_processing (set tags, groups and the rest through the site's fields)",
+                       "loader, which applies post_processing (set tags, groups and the rest through the "
+                       "site's fields)",
     "template_vars_module": "not supported in a site file: its templates resolve with Dagster's built-ins only "
                             "(`env('X', 'default')`), never with a module's template vars",
 }
