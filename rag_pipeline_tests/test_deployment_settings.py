@@ -4,6 +4,7 @@ and gives the answer it gives inside `make run`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -52,6 +53,38 @@ def test_run_sh_records_every_variable_it_exports_and_no_secret():
     recorded = set(call.split())
     assert exported and exported <= recorded
     assert recorded & SECRETS == set()
+
+
+def test_a_shell_declares_the_sites_make_run_was_given_by_sites_dir(database_url, conn, tmp_path):
+    """make run with SITES_DIR (and LOCATION_HOLDS) exported: run.env records them as run.sh's own
+    call does, and a command in a clean shell declares the same sites as the running location."""
+    from dotenv import dotenv_values
+
+    home = tmp_path / "home"
+    home.mkdir()
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "docs.yaml").write_text("attributes:\n  seeds: [https://docs.example.com/]\n")
+    (call,) = re.findall(r"^write_run_env (.+)$", (CHECKOUT / "scripts" / "run.sh").read_text(), re.M)
+    make_run = {"PATH": os.environ["PATH"], "RAG_HOME": str(home), "CRAWLER": "local", "SITES_DIR": str(sites),
+                "LOCATION_HOLDS": "all"}
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; source scripts/run_env.sh; write_run_env {call}"],
+                          cwd=CHECKOUT, env=make_run, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    recorded = dotenv_values(home / "run.env")
+    assert (recorded.get("SITES_DIR"), recorded.get("LOCATION_HOLDS")) == (str(sites), "all")
+
+    shell = _clean_shell(home, DATABASE_URL=database_url)
+    checked = _cli(shell, "site", "check")
+    assert checked.returncode == 0 and checked.stdout == "1 site(s) OK, 1 switched off (checked)\n", checked.stdout
+    from rag_pipeline.core.site_spec import SiteSpec
+    from rag_pipeline.store import sites as sites_store
+
+    with conn.transaction():       # as the running location's discovery sensor records it
+        sites_store.sync_declared(conn, [SiteSpec(name="docs", seeds=("https://docs.example.com/",))])
+    status = _cli(shell, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert [(s["site"], s["declared"]) for s in json.loads(status.stdout)["sites"]] == [("docs", True)]
 
 
 def test_values_are_written_as_they_are_read_back_and_unset_ones_left_out(tmp_path):

@@ -28,8 +28,12 @@ started_at="$(date +%s)"
 echo "starting rag-pipeline… (services log to ${RAG_HOME:-$PWD/.rag}/logs)"
 # shellcheck source=scripts/setup.sh
 source scripts/setup.sh
-# What this script set, for the runbook's commands in other shells (docs/configuration.md).
-write_run_env CRAWLER CRAWLER_ALLOW_NETWORKS WEBHOOK_PORT SAMPLE_SITE_URL DAGSTER_HOME
+# SITES_DIR as an absolute path: the services run from the checkout, a command from anywhere.
+if [ -n "${SITES_DIR:-}" ]; then SITES_DIR="$(realpath -m -- "$SITES_DIR")"; export SITES_DIR; fi
+# What this script set, for the runbook's commands in other shells (docs/configuration.md), and the
+# site settings it was given (SITES_DIR, LOCATION_HOLDS: recorded only when set), so that `status`
+# and `site …` in another shell declare the sites the running location declares.
+write_run_env CRAWLER CRAWLER_ALLOW_NETWORKS WEBHOOK_PORT SAMPLE_SITE_URL DAGSTER_HOME SITES_DIR LOCATION_HOLDS
 
 LOGS="$RAG_HOME/logs"
 mkdir -p "$LOGS"

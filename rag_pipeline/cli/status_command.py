@@ -41,8 +41,13 @@ def status(as_json: bool) -> None:
     from rag_pipeline.cli.site_views import declared_state
 
     declared = declared_state()
+    window_s = _synced_window_s(get_settings())
     for row in report["sites"]:
         row["declared"] = row["site"] in declared["declared"]
+        # A site no file of this shell names may still be declared where the location runs (its
+        # SITES_DIR, an env var this shell lacks): its sensor synced it lately. Else it is gone.
+        row["declared_by_running_location"] = (row["synced_at"] is not None
+                                               and (row["now"] - row["synced_at"]).total_seconds() <= window_s)
     report["site_files_not_loading"] = declared["not_loading"]
     settings = get_settings()
     report = {"database": (f"DATABASE_URL ({db.redact(url)})" if settings.database_url
@@ -128,18 +133,7 @@ def _print_status(report: dict) -> None:
         for column in ("site", *figures, "last reading"):
             t.add_column(column, justify="left" if column in ("site", "last reading") else "right")
         for row in report["sites"]:
-            reading = row["last_reading"]
-            if not row["declared"]:
-                said = "no longer declared (no site file names it): its pages stay, in no site's discovery"
-            elif reading is None:
-                said = "never read"
-            elif reading["finished_at"] is None:
-                said = "reading now"
-            elif reading["complete"]:
-                said = "complete"
-            else:
-                said = _incomplete(reading, row["now"])
-            t.add_row(row["site"], *(f"{row[k]:,}" for k in figures), said)
+            t.add_row(row["site"], *(f"{row[k]:,}" for k in figures), _site_state(row))
         console.print(t)
     for problem in report["site_files_not_loading"]:
         console.print(f"site {problem['name']} DOES NOT LOAD: {problem['problem']}", highlight=False, soft_wrap=True)
@@ -158,6 +152,36 @@ def _print_status(report: dict) -> None:
         for c in checks["failing"]:
             t.add_row(c["check"], c["severity"], f"{c['minutes_ago']:g}", c["description"])
         console.print(t)
+
+
+def _synced_window_s(settings) -> float:
+    """How lately a running location's discovery sensor must have synced a site for it to count as
+    declared there: three of its ticks (DISCOVERY_INTERVAL_S) and the minute its sync is held back."""
+    return 3 * settings.discovery_interval_s + 120
+
+
+def _site_state(row: dict) -> str:
+    """The sites table's last column: the newest reading, and for a site no file of this shell
+    names, whether the running code location still declares it (as `site show` says) or none does."""
+    from rag_pipeline.crawl.cadence_rules import describe_time
+
+    reading = row["last_reading"]
+    if not row["declared"] and not row["declared_by_running_location"]:
+        since = f" since {describe_time(row['synced_at'], row['now'])}" if row["synced_at"] else ""
+        return (f"no longer declared: no site file of this shell names it, and no running code location has "
+                f"synced it{since}: its pages stay, in no site's discovery")
+    if reading is None:
+        said = "never read"
+    elif reading["finished_at"] is None:
+        said = "reading now"
+    elif reading["complete"]:
+        said = "complete"
+    else:
+        said = _incomplete(reading, row["now"])
+    if not row["declared"]:
+        said = (f"declared by the running code location (synced {describe_time(row['synced_at'], row['now'])}), "
+                f"not in this shell (its site file or an env var it reads is not here): {said}")
+    return said
 
 
 def _incomplete(reading: dict, now) -> str:

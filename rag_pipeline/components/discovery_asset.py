@@ -74,7 +74,7 @@ def discovery_asset(spec: SiteSpec, rules: CadenceRules | None, group: str) -> d
                   settings: SettingsResource) -> dg.MaterializeResult:
         with postgres.connect() as conn:
             with conn.transaction():
-                store.sync_declared(conn, [spec])
+                store.sync_declared(conn, [spec], by_location=True)
             result = run_reading(conn, spec, rules, settings.get(), run_id=context.run_id)
         context.log.info(f"{spec.name}: {result.summary}")
         for problem in result.errors:
@@ -102,7 +102,7 @@ def discovery_sensor(spec: SiteSpec, job, interval_s: int) -> dg.SensorDefinitio
     def _sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SensorResult:
         with postgres.connect() as conn:
             with conn.transaction():
-                store.sync_declared(conn, [spec])
+                store.sync_declared(conn, [spec], by_location=True)
                 due = store.due(conn, [spec.name])
                 # Link discovery goes on as soon as pages it may lead from were indexed.
                 links = not due and spec.link_depth > 0 and store.links_pending(conn, spec.name, spec.link_depth)

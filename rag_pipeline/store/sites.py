@@ -38,9 +38,12 @@ class Reading:
     errors: list[str]
 
 
-def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
+def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec], *, by_location: bool = False) -> None:
     """The declared sites as rows (what routing, `status` and the discovery sensor read). A handful
-    of rows, changed only when a declaration changes; `discover_every` applies from the next reading."""
+    of rows, changed only when a declaration changes; `discover_every` applies from the next reading.
+    `by_location`: a running code location synced them (its sensor or its run, not a shell), noted in
+    `synced_at` at most once a minute, so `status` can tell a site it still declares from one gone."""
+    specs = list(specs)
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every, link_depth, boilerplate,"
@@ -58,6 +61,10 @@ def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec]) -> None:
               Jsonb(list(s.boilerplate)), s.crawler, None if s.cadence is None else Jsonb(dict(s.cadence)))
              for s in specs],
         )
+        if by_location:
+            cur.execute("UPDATE sites SET synced_at = now() WHERE name = ANY(%s)"
+                        " AND (synced_at IS NULL OR synced_at < now() - interval '1 minute')",
+                        ([s.name for s in specs],))
 
 
 def declared_scopes(conn: psycopg.Connection) -> list[SiteScope]:
@@ -331,18 +338,18 @@ def overview(conn: psycopg.Connection) -> list[dict]:
     # A reading without a run is one `rag-pipeline site discover` made: an incomplete one says so,
     # and when the last complete reading was, rather than hide the sensor's good one.
     rows = conn.execute(
-        "SELECT s.name, s.next_discovery_at, r.started_at, r.finished_at, r.complete, r.counts, r.errors,"
-        "   r.run_id IS NULL, (SELECT max(finished_at) FROM site_readings c WHERE c.site = s.name AND c.complete),"
+        "SELECT s.name, s.synced_at, s.next_discovery_at, r.started_at, r.finished_at, r.complete, r.counts,"
+        "   r.errors, r.run_id IS NULL, (SELECT max(finished_at) FROM site_readings c WHERE c.site = s.name AND c.complete),"
         "   now()"
         " FROM sites s LEFT JOIN LATERAL (SELECT * FROM site_readings WHERE site = s.name"
         "   ORDER BY reading_id DESC LIMIT 1) r ON true ORDER BY s.name").fetchall()
     empty = {"pages": 0, "listed": 0, "live": 0, "unlisted": 0, "tombstoned": 0, "due": 0, "never_crawled": 0,
              "aliases": 0, "disallowed": 0, "disallowed_indexed": 0}
-    return [{"site": name, **counts.get(name, empty), "next_reading_at": next_at,
+    return [{"site": name, **counts.get(name, empty), "synced_at": synced_at, "next_reading_at": next_at,
              "last_reading": None if started is None else {
                  "started_at": started, "finished_at": finished, "complete": complete,
                  "counts": reading_counts, "problems": list(errors), "from_cli": from_cli,
                  "last_complete_at": last_complete},
              "now": now}
-            for name, next_at, started, finished, complete, reading_counts, errors, from_cli, last_complete, now
-            in rows]
+            for (name, synced_at, next_at, started, finished, complete, reading_counts, errors, from_cli,
+                 last_complete, now) in rows]

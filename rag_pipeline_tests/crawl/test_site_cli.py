@@ -159,12 +159,41 @@ def test_a_site_whose_file_was_removed_reads_no_longer_declared_in_status(databa
 
     _env(monkeypatch, database_url, None)
     with conn.transaction():
-        sites_store.sync_declared(conn, [SiteSpec(name="gone", seeds=("https://gone.example.com/",))])
+        # Synced by a running location once, an hour ago; none has since (its file was removed).
+        sites_store.sync_declared(conn, [SiteSpec(name="gone", seeds=("https://gone.example.com/",))],
+                                  by_location=True)
+        conn.execute("UPDATE sites SET synced_at = now() - interval '1 hour'")
     status = CliRunner().invoke(cli, ["status"])
     assert status.exit_code == 0
-    [line] = [line for line in status.output.splitlines() if line.strip().startswith("gone")]
-    assert "no longer declared" in line and "INCOMPLETE" not in line
-    assert json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["sites"][0]["declared"] is False
+    said = " ".join(status.output.split())
+    assert ("no longer declared: no site file of this shell names it, and no running code location has synced "
+            "it since 20") in said and "(1h 0m ago): its pages stay" in said and "INCOMPLETE" not in said
+    [row] = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["sites"]
+    assert row["declared"] is False and row["declared_by_running_location"] is False
+
+
+def test_a_site_the_running_location_declares_is_not_no_longer_declared_in_another_shell(database_url, conn,
+                                                                                          monkeypatch):
+    """make run with SITES_DIR (or an env var) this shell lacks: the site is the running location's."""
+    from rag_pipeline.core.site_spec import SiteSpec
+    from rag_pipeline.store import sites as sites_store
+
+    _env(monkeypatch, database_url, None)
+    with conn.transaction():
+        sites_store.sync_declared(conn, [SiteSpec(name="elsewhere", seeds=("https://elsewhere.example.com/",))],
+                                  by_location=True)        # as its discovery sensor does, every tick
+    status = CliRunner().invoke(cli, ["status"])
+    said = " ".join(status.output.split())
+    assert status.exit_code == 0 and "no longer declared" not in said, said
+    assert ("declared by the running code location (synced 20") in said
+    assert "not in this shell (its site file or an env var it reads is not here): never read" in said
+    [row] = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["sites"]
+    assert row["declared"] is False and row["declared_by_running_location"] is True
+    # A shell's sync (`site discover`) is not the running location's: it notes nothing.
+    with conn.transaction():
+        sites_store.sync_declared(conn, [SiteSpec(name="shell", seeds=("https://shell.example.com/",))])
+    rows = {r["site"]: r for r in json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["sites"]}
+    assert rows["shell"]["synced_at"] is None and rows["shell"]["declared_by_running_location"] is False
 
 
 def test_the_pages_line_adds_up_when_a_redirect_alias_is_among_them():
