@@ -81,6 +81,29 @@ def check_record_planned(record: Any) -> bool:
     return record.status == AssetCheckExecutionRecordStatus.PLANNED
 
 
+def location_check_keys(context: dg.SensorEvaluationContext) -> list[dg.AssetCheckKey]:
+    """Every asset check the sensor's own code location defines (none when it is evaluated without
+    its definitions)."""
+    repository = context.repository_def
+    return list(repository.asset_graph.asset_check_keys) if repository is not None else []
+
+
+def latest_check_records(instance: dg.DagsterInstance, keys: Sequence[dg.AssetCheckKey]) -> dict:
+    """Each check's newest execution record (planned or evaluated), by key; a key never executed
+    is absent."""
+    return instance.event_log_storage.get_latest_asset_check_execution_by_key(list(keys))
+
+
+def evaluation_of(record: Any) -> tuple[dg.AssetCheckEvaluation, float] | None:
+    """(the evaluation, when it was stored) of a record from `latest_check_records`; None for a
+    record that is only planned (its run is going, or died first)."""
+    import dagster as dg
+
+    event = getattr(record, "event", None)
+    data = event.dagster_event.event_specific_data if event is not None and event.dagster_event else None
+    return (data, event.timestamp) if isinstance(data, dg.AssetCheckEvaluation) else None
+
+
 def shown_as_evaluated(instance: dg.DagsterInstance, keys: Sequence[dg.AssetCheckKey]) -> dict[dg.AssetCheckKey, bool]:
     """Whether the UI shows each check's newest evaluation as evaluated, not greyed out as "Not
     evaluated" because its asset has a newer materialization: the test the webserver's GraphQL layer

@@ -232,8 +232,8 @@ class Settings(LocationSettings):
     # is local and costs nothing (text-embedding-3-small's list price).
     embedding_reference_price_per_mtok: float = Field(default=0.02, alias="EMBEDDING_REFERENCE_PRICE_PER_MTOK", ge=0)
 
-    # Index checks (`index_checks`, every 15 minutes). The window delivery_queue_drains looks back
-    # over: one check interval, so a queue that stopped moving is red at the next run.
+    # Index checks (with each `index` snapshot, every INDEX_SNAPSHOT_EVERY_S). The window
+    # delivery_queue_drains looks back over: a queue that stopped moving for this long is red.
     check_window_minutes: int = Field(default=15, alias="CHECK_WINDOW_MINUTES", ge=1, le=1440)
     # This many index runs failing in a row, the newest ones, turns index_runs_succeed red.
     check_failed_runs: int = Field(default=2, alias="CHECK_FAILED_RUNS", ge=1, le=100)

@@ -108,3 +108,24 @@ def test_the_embedded_server_made_by_this_process_is_found_by_its_data_directory
     finally:
         server.cleanup()
     assert compat.embedded_server_known(package, pgdata) is None
+
+
+def test_check_records_and_what_the_ui_shows_of_them():
+    """latest_check_records, evaluation_of, aimed_at_latest and shown_as_evaluated: a runless
+    evaluation aimed at the asset's newest materialization reads as evaluated until a newer one."""
+    asset = dg.AssetKey("probe")
+    key = dg.AssetCheckKey(asset, "probe_check")
+    with dg.instance_for_test() as instance:
+        assert compat.latest_check_records(instance, [key]) == {}
+        assert compat.shown_as_evaluated(instance, [key]) == {key: False}
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset))
+        aimed, = compat.aimed_at_latest(instance, [dg.AssetCheckEvaluation(asset_key=asset, check_name=key.name,
+                                                                           passed=True, description="fine")])
+        latest = instance.fetch_materializations(asset, limit=1).records[0]
+        assert aimed.target_materialization_data.storage_id == latest.storage_id
+        instance.report_runless_asset_event(aimed)
+        evaluation, at = compat.evaluation_of(compat.latest_check_records(instance, [key])[key])
+        assert evaluation.description == "fine" and at > 0
+        assert compat.shown_as_evaluated(instance, [key]) == {key: True}
+        with dg.build_sensor_context(instance=instance) as context:   # no definitions: no checks
+            assert compat.location_check_keys(context) == []

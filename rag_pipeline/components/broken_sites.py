@@ -11,6 +11,8 @@ soon as the location loads (no run needed), once per reason; "Execute" on the ch
 
 import dagster as dg
 
+from rag_pipeline import compat
+
 from rag_pipeline.core.site_problems import SiteProblem, standin_names
 
 SITE_FILE_CHECK = "site_file_loads"
@@ -63,7 +65,7 @@ def _sensor(evaluations: list[dg.AssetCheckEvaluation]) -> dg.SensorDefinition:
                description="Records the failed `site_file_loads` check of each site whose file does not load.")
     def site_files_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         keys = [dg.AssetCheckKey(e.asset_key, e.check_name) for e in evaluations]
-        records = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+        records = compat.latest_check_records(context.instance, keys)
         new = [e for key, e in zip(keys, evaluations) if not _says(records.get(key), e.description)]
         said = "; ".join(e.description for e in evaluations)
         return dg.SensorResult(asset_events=new, skip_reason=dg.SkipReason(
@@ -75,7 +77,5 @@ def _sensor(evaluations: list[dg.AssetCheckEvaluation]) -> dg.SensorDefinition:
 def _says(record, description: str) -> bool:
     """Whether a check's newest record is a failed evaluation with this description (a planned
     record, of an "Execute" still running, carries no evaluation: not yet)."""
-    if record is None or record.event is None or record.event.dagster_event is None:
-        return False
-    data = record.event.dagster_event.event_specific_data
-    return isinstance(data, dg.AssetCheckEvaluation) and not data.passed and data.description == description
+    evaluated = compat.evaluation_of(record) if record is not None else None
+    return evaluated is not None and not evaluated[0].passed and evaluated[0].description == description

@@ -37,7 +37,7 @@ def latest(instance: dg.DagsterInstance, defs: dg.Definitions, now: float | None
     """Every check of ``defs`` with its newest evaluation, failing ones first."""
     now = time.time() if now is None else now
     keys = sorted(defs.resolve_asset_graph().asset_check_keys, key=lambda k: k.to_user_string())
-    records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+    records = compat.latest_check_records(instance, keys)
     states = [_state(key, records.get(key), instance, now) for key in keys]
     return sorted(states, key=lambda s: (not s.failing, s.state != "never evaluated", s.check))
 
@@ -55,6 +55,9 @@ def _state(key: dg.AssetCheckKey, record, instance: dg.DagsterInstance, now: flo
                               f"run {record.run_id} ended {run.status.value} before this check answered: "
                               "open the run in the Dagster UI for its error", ago)
         return CheckState(name, "running", None, f"being evaluated by run {record.run_id}", ago)
-    evaluation = record.event.dagster_event.asset_check_evaluation_data
+    evaluated = compat.evaluation_of(record)
+    if evaluated is None:   # skipped, or its execution failed: no result to show
+        return CheckState(name, "errored", "ERROR", f"run {record.run_id} recorded no result for this check", ago)
+    evaluation, _ = evaluated
     return CheckState(name, "passed" if evaluation.passed else "failed",
                       None if evaluation.passed else evaluation.severity.value, evaluation.description or "", ago)

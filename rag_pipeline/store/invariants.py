@@ -19,29 +19,6 @@ def _finding(conn: psycopg.Connection, count_sql: str, examples_sql: str, params
     return Finding(count, examples)
 
 
-def pages_behind_source(conn: psycopg.Connection, grace_minutes: int) -> Finding:
-    """Live pages whose newest content is not what search shows, for longer than the grace period."""
-    where = (" FROM pages WHERE deleted_at IS NULL AND source_hash IS NOT NULL"
-             " AND indexed_hash IS DISTINCT FROM source_hash"
-             " AND last_crawled_at < now() - make_interval(mins => %s)")
-    return _finding(conn, "SELECT count(*)" + where, "SELECT url" + where + " ORDER BY last_crawled_at LIMIT 10",
-                    (grace_minutes,))
-
-
-def chunks_of_tombstoned_pages(conn: psycopg.Connection) -> Finding:
-    where = " FROM chunks c JOIN pages p USING (page_id) WHERE p.deleted_at IS NOT NULL"
-    return _finding(conn, "SELECT count(*)" + where, "SELECT DISTINCT p.url" + where + " LIMIT 10")
-
-
-def chunks_outside_active_space(conn: psycopg.Connection) -> Finding:
-    """Live chunks without a vector of their current text in the space search reads."""
-    where = (" FROM chunks c JOIN pages p USING (page_id)"
-             " WHERE NOT EXISTS (SELECT 1 FROM space_vectors v JOIN embedding_spaces s"
-             "   ON s.space_id = v.space_id AND s.status = 'active'"
-             "   WHERE v.chunk_id = c.chunk_id AND v.embed_hash = c.embed_hash)")
-    return _finding(conn, "SELECT count(*)" + where, "SELECT DISTINCT p.url" + where + " LIMIT 10")
-
-
 def stuck_deliveries(conn: psycopg.Connection, grace_minutes: int) -> Finding:
     """Deliveries not routed, or routed to a run that never applied them, for too long."""
     where = (" FROM deliveries WHERE (processed_at IS NULL OR outcome IN ('queued', 'failed'))"
@@ -90,12 +67,16 @@ def pages_switched_by(conn: psycopg.Connection, run_ids: list[str]) -> int:
 PageSet = tuple[str | None, int | None]
 
 
-def _by_set(conn: psycopg.Connection, sql: str, params: tuple, sets: list[PageSet]) -> dict[PageSet, Finding]:
-    """A grouped invariant, one row per partition set with offenders; every set asked for is in the
-    answer, with a count of 0 where nothing offends."""
-    rows = conn.execute(sql, params).fetchall()
+def _by_set(conn: psycopg.Connection, sql: str, params: tuple, sets: list[PageSet] | None) -> dict[PageSet, Finding]:
+    """A grouped invariant, one row per partition set with offenders. `sql` holds `{sets}` where the
+    set filter goes: with `sets`, only those are read and each is in the answer (a count of 0 where
+    nothing offends); None reads every set and answers those with offenders."""
+    if sets is None:
+        rows = conn.execute(sql.format(sets="TRUE"), params).fetchall()
+    else:
+        rows = conn.execute(sql.format(sets=_IN_SETS), (*params, [s for s, _ in sets], [h for _, h in sets])).fetchall()
     found = {(site, shard): Finding(count, [str(u) for u in examples or []]) for site, shard, count, examples in rows}
-    return {s: found.get(s, Finding(0, [])) for s in sets}
+    return found if sets is None else {s: found.get(s, Finding(0, [])) for s in sets}
 
 
 # Only the sets asked for are read: `(site, shard)` matched NULL-safely (the catch-all has neither).
@@ -103,35 +84,32 @@ _IN_SETS = ("EXISTS (SELECT 1 FROM unnest(%s::text[], %s::int[]) AS s(site, shar
             " WHERE p.site IS NOT DISTINCT FROM s.site AND p.shard IS NOT DISTINCT FROM s.shard)")
 
 
-def _set_params(sets: list[PageSet]) -> tuple[list, list]:
-    return [s for s, _ in sets], [h for _, h in sets]
-
-
 def pages_behind_source_by_set(conn: psycopg.Connection, grace_minutes: int,
-                               sets: list[PageSet]) -> dict[PageSet, Finding]:
+                               sets: list[PageSet] | None) -> dict[PageSet, Finding]:
     """`pages_behind_source` of each partition set, in one statement."""
     return _by_set(conn, (
         "SELECT p.site, p.shard, count(*), (array_agg(p.url ORDER BY p.last_crawled_at))[1:5]"
         " FROM pages p WHERE p.deleted_at IS NULL AND p.source_hash IS NOT NULL"
         " AND p.indexed_hash IS DISTINCT FROM p.source_hash"
-        " AND p.last_crawled_at < now() - make_interval(mins => %s) AND " + _IN_SETS +
-        " GROUP BY p.site, p.shard"), (grace_minutes, *_set_params(sets)), sets)
+        " AND p.last_crawled_at < now() - make_interval(mins => %s) AND {sets}"
+        " GROUP BY p.site, p.shard"), (grace_minutes,), sets)
 
 
-def chunks_of_tombstoned_pages_by_set(conn: psycopg.Connection, sets: list[PageSet]) -> dict[PageSet, Finding]:
+def chunks_of_tombstoned_pages_by_set(conn: psycopg.Connection, sets: list[PageSet] | None) -> dict[PageSet, Finding]:
     """`chunks_of_tombstoned_pages` of each partition set, in one statement."""
     return _by_set(conn, (
         "SELECT p.site, p.shard, count(*), (array_agg(DISTINCT p.url))[1:5]"
-        " FROM chunks c JOIN pages p USING (page_id) WHERE p.deleted_at IS NOT NULL AND " + _IN_SETS +
-        " GROUP BY p.site, p.shard"), _set_params(sets), sets)
+        " FROM chunks c JOIN pages p USING (page_id) WHERE p.deleted_at IS NOT NULL AND {sets}"
+        " GROUP BY p.site, p.shard"), (), sets)
 
 
-def chunks_outside_active_space_by_set(conn: psycopg.Connection, sets: list[PageSet]) -> dict[PageSet, Finding]:
+def chunks_outside_active_space_by_set(conn: psycopg.Connection,
+                                       sets: list[PageSet] | None) -> dict[PageSet, Finding]:
     """`chunks_outside_active_space` of each partition set, in one statement."""
     return _by_set(conn, (
         "SELECT p.site, p.shard, count(*), (array_agg(DISTINCT p.url))[1:5]"
         " FROM chunks c JOIN pages p USING (page_id)"
         " WHERE NOT EXISTS (SELECT 1 FROM space_vectors v JOIN embedding_spaces s"
         "   ON s.space_id = v.space_id AND s.status = 'active'"
-        "   WHERE v.chunk_id = c.chunk_id AND v.embed_hash = c.embed_hash) AND " + _IN_SETS +
-        " GROUP BY p.site, p.shard"), _set_params(sets), sets)
+        "   WHERE v.chunk_id = c.chunk_id AND v.embed_hash = c.embed_hash) AND {sets}"
+        " GROUP BY p.site, p.shard"), (), sets)

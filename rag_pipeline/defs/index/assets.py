@@ -142,7 +142,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
                 batch_apply.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
                                    RetryPolicy.from_settings(current)),
                 lambda event: source_metadata(event.result))
-            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set])
+            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set], ["pages"])
         return _result(context, done, failed)
 
     @dg.asset(
@@ -166,7 +166,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
                 batch_apply.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
                                   RetryPolicy.from_settings(settings.get())),
                 lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
-            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set])
+            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set], ["chunks"])
         return _result(context, done, failed)
 
     @dg.asset(
@@ -194,7 +194,7 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
                 batch_apply.switch_pages(conn, context.partition_keys, embedder.for_space, context.run_id,
                                    RetryPolicy.from_settings(settings.get())),
                 lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
-            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set])
+            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set], ["embeddings"])
         return _result(context, done, failed)
 
     return [pages, chunks, embeddings]

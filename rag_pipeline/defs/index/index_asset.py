@@ -89,10 +89,11 @@ def index_snapshot_sensor_every(interval_s: float) -> dg.SensorDefinition:
                          else min(filter(None, (index_figures.first_delivery_at(conn),
                                                 now - timedelta(seconds=current.index_snapshot_every_s)))))
                 events.append(snapshot_event(conn, current, since, now))
-            defined = context.repository_def.asset_graph.asset_check_keys if context.repository_def else []
+            # Each partition-set check once over every set: its sets' evaluations and the index's.
+            found = set_checks.findings(conn, current)
             events += compat.aimed_at_latest(context.instance, set_checks.evaluations(
-                conn, current, set_checks.defined_sets(defined)))
-        events += checks.evaluations(checks.Inputs(context.instance, postgres, current, embedder))
+                conn, current, set_checks.defined_sets(compat.location_check_keys(context)), found=found))
+        events += checks.evaluations(checks.Inputs(context.instance, postgres, current, embedder, found))
         failing = [e.check_name for e in events if isinstance(e, dg.AssetCheckEvaluation) and not e.passed]
         return dg.SensorResult(
             asset_events=events, cursor=json.dumps({"at": now.timestamp(), "recorded": switched}),
