@@ -115,9 +115,11 @@ def make_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("make-run") / "rag"
     env = _run_env(home)
     started = time.monotonic()
-    # Its own session: Ctrl-C is a SIGINT to the terminal's foreground group, run.sh's.
-    proc = subprocess.Popen(["bash", "scripts/run.sh"], cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    # Its own session: Ctrl-C is a SIGINT to the terminal's foreground group, run.sh's. With SIGINT
+    # at its default, as a terminal gives it: a suite started in the background of a shell (CI, a
+    # supervisor) has it ignored, and bash cannot trap a signal ignored when it starts.
+    proc = subprocess.Popen([sys.executable, "scripts/reset_signals.py", "bash", "scripts/run.sh"], cwd=CHECKOUT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     terminal = Terminal(proc)
     try:
         yield terminal, home, env, started
