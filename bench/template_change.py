@@ -222,6 +222,7 @@ class Step:
     seconds: float = 0.0
     searchable: int | None = None
     edited: int = 0
+    shared: int = 0                 # chunks whose exact text is on more than one page
 
 
 def crawl(conn, name: str, pages: dict[str, str], embedder, settings) -> Step:
@@ -273,6 +274,13 @@ def searchable(conn, edited: dict[str, str]) -> int:
     return found
 
 
+def shared_chunks(conn) -> int:
+    """Live chunks whose embedded text is the same on several pages: with a template, the passages
+    that hold only its navigation and sidebar (what search would find for a menu's words)."""
+    return conn.execute("SELECT count(*) FROM chunks WHERE embed_hash IN (SELECT embed_hash FROM chunks"
+                        " GROUP BY 1 HAVING count(DISTINCT page_id) > 1)").fetchone()[0]
+
+
 def run_arm(label: str, versions: list[Template | None], contents: list[Edits], settings) -> list[Step]:
     """The load and the three recrawls of one arm (with the template, or none) in its own database."""
     embedder = HashEmbedder(dimensions=256)
@@ -285,6 +293,7 @@ def run_arm(label: str, versions: list[Template | None], contents: list[Edits], 
             step = crawl(conn, name, pages, embedder, settings)
             if edits.edited:
                 step.edited, step.searchable = len(edits.edited), searchable(conn, edits.edited)
+            step.shared = shared_chunks(conn)
             steps.append(step)
             print(f"  [{label}] {name}: {step.tokens:,} tokens, {step.routed_changed} of {step.delivered} routed "
                   f"changed, {step.batches} batches, {step.seconds:.1f} s", flush=True)
@@ -343,7 +352,8 @@ def report(with_t: list[Step], without: list[Step]) -> None:
     load_t, load_n = with_t[0].tokens, without[0].tokens
     print(f"\nfull load: {load_t:,} tokens ({with_t[0].chunks:,} chunks) with the template, {load_n:,} "
           f"({without[0].chunks:,}) without "
-          f"(the template is {pct(load_t - load_n, load_t)} of what is embedded)")
+          f"(the template is {pct(load_t - load_n, load_t)} of what is embedded); chunks whose text is on several "
+          f"pages after the load: {with_t[0].shared:,} with the template, {without[0].shared:,} without")
     head = (f"{'recrawl':<34} {'template':<9} {'tokens':>9} {'chunks':>7} {'of load':>8} {'routed changed':>15} {'batches':>8} "
             f"{'edited pages searchable':>24}")
     print(head)
@@ -358,6 +368,20 @@ def report(with_t: list[Step], without: list[Step]) -> None:
         ratio = f"{with_t[i].tokens / without[i].tokens:.2f}x" if without[i].tokens else "n/a"
         print(f"recrawl {i}: {with_t[i].tokens:,} tokens with the template vs {without[i].tokens:,} for the same "
               f"edits without it ({ratio})")
+
+
+def acceptance(with_t: list[Step], without: list[Step]) -> str:
+    """Issue 43's acceptance on these figures (it is not expected to hold before template learning)."""
+    one, edits = with_t[1], with_t[2]
+    tokens_ok = one.tokens <= 0.01 * with_t[0].tokens
+    routed_ok = one.routed_changed <= 0.01 * one.delivered
+    edits_ok = abs(edits.tokens - without[2].tokens) <= 0.05 * without[2].tokens
+    searchable_ok = edits.searchable == edits.edited
+    yes = {True: "yes", False: "NO"}
+    return (f"issue 43 acceptance: template-only tokens ≤ 1% of the load: {yes[tokens_ok]} "
+            f"({pct(one.tokens, with_t[0].tokens)}); pages routed changed ≤ 1%: {yes[routed_ok]} "
+            f"({pct(one.routed_changed, one.delivered)}); edit tokens within 5% of no template: {yes[edits_ok]} "
+            f"({edits.tokens:,} vs {without[2].tokens:,}); every edited page searchable: {yes[searchable_ok]}")
 
 
 def summary(with_t: list[Step], without: list[Step]) -> str:
@@ -416,6 +440,7 @@ def main() -> int:
                 continue
             print(f"{system:<11} {arm_name:<14} {run.initial.tokens:>12,} {run.recrawl.tokens:>22,} "
                   f"{pct(run.recrawl.tokens, run.initial.tokens):>8}")
+    print(acceptance(with_t, without))
     print(summary(with_t, without))
     return 0
 
