@@ -58,6 +58,8 @@ class SiteSpec:
     shards: int = 1
     max_sitemap_files: int = 1_000
     max_listed_urls: int = 2_000_000
+    template_every: timedelta = timedelta(days=1)   # how often its template is learned again at most
+    template_pins: tuple = ()             # core.template_pins.Pin: the operator's word on template blocks
     # The scope actually applied (include, or the start hosts), fixed at construction.
     scope: tuple[str, ...] = field(default=(), compare=False)
 
@@ -93,6 +95,8 @@ class SiteSpec:
             raise SiteError(f"site {self.name}: link_depth must be between 0 (off) and 20", ("link_depth",))
         if self.discover_every < timedelta(minutes=1):
             raise SiteError(f"site {self.name}: discover_every must be at least 1m", ("discover_every",))
+        if self.template_every < timedelta(minutes=1):
+            raise SiteError(f"site {self.name}: template_every must be at least 1m", ("template_every",))
         scope = self.include or tuple(f"{origin}{tail}" for origin in self.start_origins() for tail in ("", "/*"))
         object.__setattr__(self, "scope", scope)
         object.__setattr__(self, "_rule", SiteScope(self.name, scope, self.exclude, self.shards))

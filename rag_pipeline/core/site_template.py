@@ -31,14 +31,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from rag_pipeline.core.template_blocks import CANDIDATE_KINDS, PageBlock, cut_page, fingerprint, own_site_share
 from rag_pipeline.core.template_pins import Pin, pinned_role
 
-__all__ = ["LearnedBlock", "Template", "first_path_segment", "is_prose", "learn"]
+__all__ = ["LearnedBlock", "Template", "first_path_segment", "is_prose", "learn", "learn_from"]
 
 MIN_SHARE = 0.5
 MIN_PAGES = 5
@@ -191,6 +191,23 @@ def learn(
     """The site's template, learned from its pages (URL → normalized markdown).
 
     ``site_urls`` says which links are the site's own: a predicate, or a collection of URLs."""
+    return learn_from(((url, pages[url]) for url in sorted(pages)), site_urls, min_share=min_share,
+                      min_pages=min_pages, short_words=short_words, pins=pins, section_of=section_of)
+
+
+def learn_from(
+    pages: Iterable[tuple[str, str]],
+    site_urls: Callable[[str], bool] | Collection[str],
+    *,
+    min_share: float = MIN_SHARE,
+    min_pages: int = MIN_PAGES,
+    short_words: int = SHORT_WORDS,
+    pins: Sequence[Pin] = (),
+    section_of: Callable[[str], str] = first_path_segment,
+) -> Template:
+    """``learn`` over (URL, markdown) pairs read one at a time, in URL order (the same template as
+    ``learn`` of the same pages): a site's stored sources are streamed from the database, never
+    held all at once (100,000 pages of ~20 KB are ~2 GB of text). Each URL once."""
     if not 0 < min_share <= 1:
         raise ValueError(f"min_share must be in (0, 1], got {min_share}")
     if min_pages < 2:
@@ -201,8 +218,10 @@ def learn(
         own = frozenset(site_urls)
         is_own = own.__contains__
     counts = _Counts()
-    for url in sorted(pages):
-        _count_page(counts, url, pages[url], section_of(url), is_own, pins, short_words)
+    seen = 0
+    for url, markdown in pages:
+        _count_page(counts, url, markdown, section_of(url), is_own, pins, short_words)
+        seen += 1
 
     by_text = _frequent(counts.texts, counts.text_sections, counts, min_share, min_pages)
     by_shape = _frequent(counts.shapes, counts.shape_sections, counts, min_share, min_pages)
@@ -233,7 +252,7 @@ def learn(
         learned.append(LearnedBlock(block.kind, "pin", key, seen, url, block.text))
     learned.sort(key=lambda b: (-b.pages_seen, b.by, b.kind, b.fingerprint))
     return Template(
-        pages=len(pages),
+        pages=seen,
         blocks=tuple(learned),
         texts=frozenset(by_text),
         shapes=frozenset(by_shape),
