@@ -134,12 +134,25 @@ def site_show(name: str, as_json: bool) -> None:
     show_site(name, as_json)
 
 
+@site.command("template")
+@click.argument("name")
+@click.option("--learn", is_flag=True, help="Learn it now from the site's stored pages (after changing its pins).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the same facts).")
+def site_template(name: str, learn: bool, as_json: bool) -> None:
+    """NAME's learned template: every block, with why it is template, the pages it was seen on and
+    an example page; --learn learns it now (exit 1 if that fails: the old template is kept)."""
+    from rag_pipeline.cli.template_views import show_template
+
+    show_template(name, as_json, learn)
+
+
 @site.command("discover")
 @click.argument("name")
 def site_discover(name: str) -> None:
     """Read NAME's robots.txt and sitemaps now (the discovery asset's work, in this process), and
     record the reading on its discovery asset when the Dagster instance is reachable."""
     from rag_pipeline.components.discovery_asset import run_reading
+    from rag_pipeline.crawl.template_learning import learn_site
     from rag_pipeline.store import db
     from rag_pipeline.store import sites as store
 
@@ -149,10 +162,12 @@ def site_discover(name: str) -> None:
         with conn.transaction():
             store.sync_declared(conn, [spec])
         result = run_reading(conn, spec, rules, settings)
-    recorded = _record(spec.name, result, settings)
+        learning = learn_site(conn, spec)
+    recorded = _record(spec.name, result, settings, learning)
     click.echo(f"{name}: {result.summary}")
     for problem in result.errors:
         click.echo(f"  problem: {problem}")
+    click.echo(f"  {learning.summary.removeprefix(f'{name}: ')}")
     click.echo(f"  {recorded}")
     if not result.complete:
         raise click.exceptions.Exit(1)
@@ -161,7 +176,7 @@ def site_discover(name: str) -> None:
 READ_BY = "rag-pipeline site discover"
 
 
-def _record(site_name: str, result, settings) -> str:
+def _record(site_name: str, result, settings, learning) -> str:
     """The reading as a materialization of the site's discovery asset, or why it was not recorded."""
     import os
     import socket
@@ -169,7 +184,8 @@ def _record(site_name: str, result, settings) -> str:
 
     import dagster as dg
 
-    from rag_pipeline.components.discovery_asset import DISCOVERY_CHECK, discovery_key, reading_check, reading_metadata
+    from rag_pipeline.components.discovery_asset import (DISCOVERY_CHECK, discovery_key, reading_check,
+                                                         reading_metadata, template_metadata)
     from rag_pipeline.defs import check_states
     from rag_pipeline.defs.index.events import write_runless
 
@@ -189,7 +205,8 @@ def _record(site_name: str, result, settings) -> str:
         try:
             with check_states.instance_at(home) as instance:
                 write_runless(instance, [dg.AssetMaterialization(asset_key=discovery_key(site_name),
-                                                                 metadata={**reading_metadata(result), **origin})])
+                                                                 metadata={**reading_metadata(result),
+                                                                           **template_metadata(learning), **origin})])
                 # Its check with it, or the UI greys the sensor's last one out as older than this.
                 instance.report_runless_asset_event(dg.AssetCheckEvaluation(
                     asset_key=discovery_key(site_name), check_name=DISCOVERY_CHECK, **check))

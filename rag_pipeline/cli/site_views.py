@@ -57,7 +57,8 @@ def show_site(name: str, as_json: bool) -> None:
     from rag_pipeline.components.site_component import describe
     from rag_pipeline.components.site_files import declarations
     from rag_pipeline.crawl.cadence_rules import format_interval
-    from rag_pipeline.store import db, disallowed
+    from rag_pipeline.cli.template_views import template_facts
+    from rag_pipeline.store import db, disallowed, site_templates
     from rag_pipeline.store import sites as store
 
     found = declarations()
@@ -67,6 +68,7 @@ def show_site(name: str, as_json: bool) -> None:
         rows = store.overview(conn)
         recorded = store.declared_row(conn, name)
         held = disallowed.examples(conn, name)
+        learned = site_templates.load(conn, name)
     row = next((r for r in rows if r["site"] == name), None)
     facts: dict = {"site": name, "declared_here": name in declared, "does_not_load": None, "declaration": None,
                    "other_site_files_not_loading": [p.one_line() for p in found.problems if p.name != name]}
@@ -95,7 +97,8 @@ def show_site(name: str, as_json: bool) -> None:
         last_reading=None if row is None else row["last_reading"],
         next_reading_at=None if row is None else row["next_reading_at"],
         disallowed_examples=[{"crawl_url": d.crawl_url, "rule": d.rule, "found_at": d.found_at,
-                              "next_look_at": d.next_look_at} for d in held])
+                              "next_look_at": d.next_look_at} for d in held],
+        template=template_facts(learned))
     if as_json:
         click.echo(json.dumps(facts, default=str, indent=2))
     else:
@@ -133,6 +136,10 @@ def _print(facts: dict, row: dict | None) -> None:
         for problem in (reading or {}).get("problems") or []:
             click.echo(f"    problem: {problem}")
         click.echo(f"  next reading: {ago(row['next_reading_at'], row['now']) if row['next_reading_at'] else 'at once'}")
+    from rag_pipeline.cli.template_views import template_lines
+
+    for line in template_lines(facts["template"]):
+        click.echo(f"  {line}")
     for other in facts["other_site_files_not_loading"]:
         click.echo(f"  (another site file does not load: {other})")
 

@@ -8,6 +8,7 @@ from rag_pipeline.crawl.cadence_rules import CadenceRules, format_interval, load
 from rag_pipeline.crawl.discovery import FIGURES, ReadingResult, read_site
 from rag_pipeline.crawl.guarded_http import guarded_client
 from rag_pipeline.crawl.robots_cache import RobotsCache
+from rag_pipeline.crawl.template_learning import Learning, learn_site
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import sites as store
@@ -48,6 +49,26 @@ def reading_metadata(result: ReadingResult) -> dict:
     return metadata
 
 
+def template_metadata(learning: Learning) -> dict:
+    """The site's template as the UI shows it on the reading: what this run did with it (learned,
+    kept, failed and why), its blocks by kind, when and from how many pages, and the top blocks."""
+    from rag_pipeline.core.template_rows import blocks_by_kind, top_blocks_markdown
+
+    metadata: dict = {"template": learning.summary}
+    template = learning.template
+    if template is not None:
+        metadata.update({
+            "template_learned_at": dg.MetadataValue.timestamp(learning.learned_at),
+            "template_pages": template.pages,
+            "template_blocks": len(template.blocks),
+            "template_blocks_by_kind": dg.MetadataValue.json(blocks_by_kind(template.blocks)),
+            "template_top_blocks": dg.MetadataValue.md(top_blocks_markdown(template.blocks)),
+        })
+    if learning.error:
+        metadata["template_error"] = learning.error
+    return metadata
+
+
 def reading_check(result: ReadingResult) -> dict:
     """discovery_read_cleanly's result fields for a reading, made in a run or by `site discover`."""
     return {"passed": result.complete, "severity": dg.AssetCheckSeverity.WARN,
@@ -67,7 +88,9 @@ def discovery_asset(spec: SiteSpec, rules: CadenceRules | None, group: str) -> d
             f"What {spec.name}'s robots.txt and sitemaps list, read every {format_interval(spec.discover_every)} (or on "
             "demand): new in-scope URLs become pages due for a crawl, a moved <lastmod> makes a page due "
             "now, and a page no longer listed is crawled once to check it (404/410 tombstones it; 200 "
-            "keeps it, unlisted). A reading that met a problem never marks pages gone."
+            "keeps it, unlisted). A reading that met a problem never marks pages gone. After it, the "
+            f"site's template is learned again from its stored pages when older than "
+            f"{format_interval(spec.template_every)} or its pages moved by more than 10%."
         ),
     )
     def discovery(context: dg.AssetExecutionContext, postgres: PostgresResource,
@@ -75,12 +98,14 @@ def discovery_asset(spec: SiteSpec, rules: CadenceRules | None, group: str) -> d
         with postgres.connect() as conn:
             with conn.transaction():
                 store.sync_declared(conn, [spec], by_location=True)
-            result = run_reading(conn, spec, rules, settings.get(), run_id=context.run_id)
+            result = run_reading(conn, spec, rules, settings.get(), run_id=context.run.run_id)
+            learning = learn_site(conn, spec)
         context.log.info(f"{spec.name}: {result.summary}")
         for problem in result.errors:
             context.log.warning(f"{spec.name}: {problem}")
+        (context.log.warning if learning.outcome == "failed" else context.log.info)(learning.summary)
         return dg.MaterializeResult(
-            metadata=reading_metadata(result),
+            metadata={**reading_metadata(result), **template_metadata(learning)},
             check_results=[dg.AssetCheckResult(check_name=DISCOVERY_CHECK, **reading_check(result))],
         )
 

@@ -123,6 +123,12 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
     boilerplate: list[dict] = Field(default_factory=list, description=(
         "Boilerplate rules in boilerplate.yaml's form for this site's pages, added to BOILERPLATE_RULES."))
     crawler: Optional[str] = Field(default=None, description="local or crawlbase; unset: CRAWLER.")
+    template_every: str = Field(default="1d", description=(
+        "Learn the site's template again in a discovery run once it is older than this (or when its "
+        "pages moved by more than 10%)."))
+    template_pins: list[dict] = Field(default_factory=list, description=(
+        "Blocks pinned as content or template: {as: content|template, text|glob|regex: ...}; a content pin "
+        "wins."))
     _folder: Optional[str] = PrivateAttr(default=None)
     _source: Optional[str] = PrivateAttr(default=None)   # where it is declared, for error messages
 
@@ -140,6 +146,10 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
             every = parse_interval(self.discover_every)
         except CadenceError as exc:
             raise SiteError(f"site {name}: discover_every: {exc}", ("discover_every",)) from None
+        try:
+            template_every = parse_interval(self.template_every)
+        except CadenceError as exc:
+            raise SiteError(f"site {name}: template_every: {exc}", ("template_every",)) from None
         return SiteSpec(
             name=name, sitemaps=tuple(self.sitemaps), seeds=tuple(self.seeds),
             robots_sitemaps=self.robots_sitemaps, include=tuple(self.include), exclude=tuple(self.exclude),
@@ -148,6 +158,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
             shards=self.shards if self.shards is not None else SiteSpec.shards_for(self.max_pages),
             max_sitemap_files=self.max_sitemap_files, max_listed_urls=self.max_listed_urls,
             cadence=self.cadence if self.cadence_rules(name) is not None else None,
+            template_every=template_every, template_pins=site_pins(name, self.template_pins),
         )
 
     def cadence_rules(self, name: str) -> Optional[CadenceRules]:
@@ -182,6 +193,20 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                                   description=f"Read {spec.name}'s robots.txt and sitemaps now.")
         return dg.Definitions(assets=assets, jobs=[job], asset_checks=[set_checks(spec.name, s) for s in shards],
                               sensors=[discovery_sensor(spec, job, at_load("discovery_interval_s"))])
+
+
+def site_pins(name: Optional[str], items: list) -> tuple:
+    """The site's template pins, or a SiteError naming the pin (its index, so the file's line)."""
+    import re
+
+    from rag_pipeline.core.template_pins import parse_pins
+
+    try:
+        return parse_pins(items)
+    except ValueError as exc:
+        said = re.match(r"template pin #(\d+): (.*)", str(exc), re.S)
+        where = ("template_pins", int(said.group(1)) - 1) if said else ("template_pins",)
+        raise SiteError(f"site {name}: template_pins: {said.group(2) if said else exc}", where) from None
 
 
 def describe(spec: SiteSpec) -> str:
