@@ -5,7 +5,6 @@ database and a real Dagster materialization of the site's discovery asset."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import dagster as dg
 import pytest

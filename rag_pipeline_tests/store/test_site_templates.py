@@ -48,7 +48,6 @@ def test_the_sources_are_streamed_in_batches_and_only_the_sites_live_pages(conn)
     gone = normalize_url(next(iter(pages)))
     conn.execute("UPDATE pages SET deleted_at = now() WHERE url = %s", (gone,))
     statements = []
-    conn.add_notice_handler(lambda n: None)
     real_execute = conn.execute
 
     def counting(query, *args, **kwargs):
