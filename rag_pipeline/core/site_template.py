@@ -7,13 +7,19 @@ A block (template_blocks.py) is **template** when one of these holds, each expla
   section's own banner is found even when the section is a tenth of the site;
 - **by shape**, for short blocks only (at most ``short_words`` words): the same, counting the
   shape (volatile tokens masked), so "Build 4f3a9c1 · 2026-12-01" on one page and "Build 9b2e771
-  · 2026-12-07" on another are one block. A shape seen with several texts is reported ``volatile``;
+  · 2026-12-07" on another are one block, when it carries a label ("Build", "Last updated") or
+  its three most common texts are on half of its pages (chrome carries one build at a time; a
+  bare date that differs on every page, a release's date under its title, is that page's
+  content). A shape seen with several texts is reported ``volatile``;
 - **as a sidebar**: a link list whose items are at least 80% links to the site's own URLs and
   whose items recur: the median item is on at least ``min_pages`` pages and on at least half as
   many pages as the list has items (a navigation list is carried by the pages it lists; a "see
   also" list on one page is not). Sidebars differ from section to section; what is kept is the set
   of their items, so a sidebar that gains an item is still recognised.
 - **pinned**: an operator's template pin (template_pins.py); a content pin always wins.
+
+The items of sidebars and of link lists learned by text are kept too: a link list most of whose
+items are known is template, so a navigation that gains an item is still recognised.
 
 **Never removing content.** Short blocks, link lists and link-heavy blocks carry navigation, not
 content: when template they are template on every page. A prose block (more than ``short_words``
@@ -29,6 +35,7 @@ visited in URL order; ties break by URL). Pure: no Dagster, no I/O.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -44,6 +51,12 @@ MIN_SHARE = 0.5
 MIN_PAGES = 5
 SHORT_WORDS = 12
 SIDEBAR_OWN_SHARE = 0.8
+# Texts of one shape counted (the rest are known only to be other texts), and how many of the most
+# common must be on half of its pages for the shape to be chrome.
+SHAPE_TEXTS = 16
+DOMINANT_TEXTS = 3
+_MASKS = re.compile(r"‹[^›]*›")
+_LABEL = re.compile(r"[^\W\d_]{2,}")
 
 
 @dataclass(frozen=True)
@@ -117,7 +130,7 @@ class _Counts:
     shape_sections: Counter[tuple[str, str]] = field(default_factory=Counter)
     items: Counter[str] = field(default_factory=Counter)
     first: dict[str, tuple[str, PageBlock]] = field(default_factory=dict)  # key → (url, block)
-    shape_texts: dict[str, set[str]] = field(default_factory=dict)  # at most 2 texts a shape
+    shape_texts: dict[str, Counter[str]] = field(default_factory=dict)  # pages a text, SHAPE_TEXTS kept
     sidebars: dict[str, PageBlock] = field(default_factory=dict)
     canonical: dict[str, tuple[float, int, str]] = field(default_factory=dict)
     pinned: Counter[str] = field(default_factory=Counter)
@@ -143,9 +156,9 @@ def _count_page(counts: _Counts, url: str, markdown: str, section: str, is_own: 
         if block.kind != "link_list" and block.words <= short_words:
             shapes.add(block.shape)
             counts.first.setdefault(block.shape, (url, block))
-            seen = counts.shape_texts.setdefault(block.shape, set())
-            if len(seen) < 2:
-                seen.add(block.fingerprint)
+            seen = counts.shape_texts.setdefault(block.shape, Counter())
+            if block.fingerprint in seen or len(seen) < SHAPE_TEXTS:
+                seen[block.fingerprint] += 1
         if block.kind == "link_list" and own_site_share(block, is_own) >= SIDEBAR_OWN_SHARE:
             counts.sidebars.setdefault(block.fingerprint, block)
             items.update(part.fingerprint for part in block.parts)
@@ -171,6 +184,18 @@ def _frequent(site: Counter[str], by_section: Counter[tuple[str, str]], counts: 
         if key not in found and seen >= _threshold(counts.sections[section], min_share, min_pages):
             found[key] = f"section {section or '/'}"
     return found
+
+
+def _chrome_shape(counts: _Counts, shape: str) -> bool:
+    """A shape is chrome when its masked text carries a label ("Last updated ‹date›", "Build ‹hex›
+    · ‹date›"), or when a few of its texts are on most of its pages (one build at a time). A bare
+    date or number whose every page has its own (a release's date under its title) is each page's
+    own content."""
+    _, block = counts.first[shape]
+    if _LABEL.search(_MASKS.sub(" ", block.masked)):
+        return True
+    top = sum(seen for _, seen in counts.shape_texts[shape].most_common(DOMINANT_TEXTS))
+    return top * 2 >= counts.shapes[shape]
 
 
 def _is_sidebar(block: PageBlock, items: Counter[str], min_pages: int) -> bool:
@@ -224,7 +249,8 @@ def learn_from(
         seen += 1
 
     by_text = _frequent(counts.texts, counts.text_sections, counts, min_share, min_pages)
-    by_shape = _frequent(counts.shapes, counts.shape_sections, counts, min_share, min_pages)
+    by_shape = {key: scope for key, scope in _frequent(counts.shapes, counts.shape_sections, counts, min_share,
+                                                       min_pages).items() if _chrome_shape(counts, key)}
     # A nav list learned by text is a sidebar too: its items are what recognises it once it grows.
     sidebars = {key: block for key, block in counts.sidebars.items() if _is_sidebar(block, counts.items, min_pages)}
 
@@ -251,12 +277,15 @@ def learn_from(
         url, block = counts.first[key]
         learned.append(LearnedBlock(block.kind, "pin", key, seen, url, block.text))
     learned.sort(key=lambda b: (-b.pages_seen, b.by, b.kind, b.fingerprint))
+    # A navigation list learned by its text (its links may lead off the site): its items recognise
+    # it once it gains one, as a sidebar's do.
+    navigation = [counts.first[key][1] for key in by_text if counts.first[key][1].kind == "link_list"]
     return Template(
         pages=seen,
         blocks=tuple(learned),
         texts=frozenset(by_text),
         shapes=frozenset(by_shape),
-        sidebar_items=frozenset(part.fingerprint for block in sidebars.values() for part in block.parts),
+        sidebar_items=frozenset(part.fingerprint for block in (*sidebars.values(), *navigation) for part in block.parts),
         canonical=canonical,
         volatile_shapes=frozenset(volatile),
         pins=tuple(pins),

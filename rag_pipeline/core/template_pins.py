@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rag_pipeline.core.template_blocks import normalize_space
 
-__all__ = ["Pin", "parse_pins", "pinned_role"]
+__all__ = ["Pin", "parse_pins", "pinned_role", "pins_rows"]
 
 ROLES = ("content", "template")
 HOWS = ("text", "glob", "regex")
@@ -93,3 +93,9 @@ def pinned_role(pins: Sequence[Pin], text: str) -> str | None:
     if "content" in matched:
         return "content"
     return "template" if matched else None
+
+
+def pins_rows(pins: Sequence[Pin]) -> list[dict[str, str]]:
+    """Pins in the site YAML's own form (``{as: role, text|glob|regex: pattern}``), as stored:
+    read back through the same ``parse_pins``."""
+    return [{"as": pin.role, pin.how: pin.pattern} for pin in pins]

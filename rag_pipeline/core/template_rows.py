@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from rag_pipeline.core.site_template import LearnedBlock, Template
-from rag_pipeline.core.template_pins import parse_pins
+from rag_pipeline.core.template_pins import parse_pins, pins_rows
 
 __all__ = ["BLOCK_COLUMNS", "PAGES_MOVED", "TEXT_CAP", "block_rows", "blocks_by_kind", "cap", "header_of",
            "learning_due", "template_of", "top_blocks_markdown"]
@@ -45,8 +45,7 @@ def header_of(template: Template) -> dict:
         "shapes": sorted(template.shapes),
         "sidebar_items": sorted(template.sidebar_items),
         "volatile_shapes": sorted(template.volatile_shapes),
-        # In the site YAML's own form, so they are read back through the same parse_pins.
-        "pins": [{"as": pin.role, pin.how: pin.pattern} for pin in template.pins],
+        "pins": pins_rows(template.pins),
     }
 
 

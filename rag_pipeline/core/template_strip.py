@@ -7,7 +7,8 @@ volatile masked (learned volatile shapes, and the page's own history, volatile_t
 runs collapsed: its hash moves only when the content does, whatever the template did.
 
 A block is template here as site_template.py learned it (by text, by shape for short blocks, as a
-sidebar, or pinned), a prose block stays content on its canonical page, a link list goes whole or
+sidebar, or pinned), or, on a site with learned sidebars, as a link list that links to the page
+itself and stays on its host (a small section's sidebar, below what can be learned), a prose block stays content on its canonical page, a link list goes whole or
 not at all (a half-stripped list is neither), and a heading whose whole section went (a sidebar's
 "In this section") goes with it. Tables, code and other headings are never template. Pure: no I/O.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from rag_pipeline.core.site_template import Template, is_prose
 from rag_pipeline.core.template_blocks import (
@@ -28,8 +30,9 @@ from rag_pipeline.core.template_blocks import (
     normalize_space,
 )
 from rag_pipeline.core.template_pins import pinned_role
+from rag_pipeline.core.urls import InvalidURL, normalize_url
 
-__all__ = ["Split", "content_for_hash", "line_shape", "strip"]
+__all__ = ["Split", "chunk_source", "content_for_hash", "hash_text", "line_shape", "strip"]
 
 # A link list is a known sidebar when at least this share of its items were learned as sidebar items.
 KNOWN_ITEMS_SHARE = 0.5
@@ -61,7 +64,11 @@ def _decide(block: PageBlock, template: Template, url: str) -> tuple[bool, bool]
         if block.fingerprint in template.texts:
             return True, True
         known = sum(1 for part in block.parts if part.fingerprint in template.sidebar_items)
-        return len(block.parts) >= 2 and known >= KNOWN_ITEMS_SHARE * len(block.parts), True
+        if len(block.parts) >= 2 and known >= KNOWN_ITEMS_SHARE * len(block.parts):
+            return True, True
+        return bool(template.sidebar_items) and _lists_itself(block, url), True
+    if block.kind == "list_item" and template.sidebar_items and _links_itself(block.text, url):
+        return True, True   # a one-page section's sidebar: the page's own link, alone
     if block.fingerprint in template.texts:
         if is_prose(block, template.short_words) and template.canonical.get(block.fingerprint) == url:
             return False, True  # its canonical page: the shared text stays searchable here
@@ -69,6 +76,32 @@ def _decide(block: PageBlock, template: Template, url: str) -> tuple[bool, bool]
     if block.words <= template.short_words and block.shape in template.shapes:
         return True, True
     return False, False
+
+
+def _normalized(url: str | None) -> str | None:
+    try:
+        return normalize_url(url.split("#", 1)[0]) if url else None
+    except InvalidURL:
+        return None
+
+
+_LONE_LINK = re.compile(r"^\s*[-*+]\s+\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)\s*$")
+
+
+def _links_itself(text: str, url: str) -> bool:
+    """A list item that is only a link to the page itself."""
+    match = _LONE_LINK.match(text)
+    return match is not None and _normalized(match.group(1)) == _normalized(url) is not None
+
+
+def _lists_itself(block: PageBlock, url: str) -> bool:
+    """A sidebar too small to be learned (a section of one to four pages): on a site whose
+    sidebars were learned, a link list that links to the page itself and whose links all stay on
+    its host. Content does not link to its own page; its section's sidebar does."""
+    host, page = urlsplit(url).hostname, _normalized(url)
+    if page is None or not block.targets or not any(_normalized(t) == page for t in block.targets):
+        return False
+    return all(target is not None and urlsplit(target).hostname == host for target in block.targets)
 
 
 def _template_spans(blocks: list[PageBlock], template: Template, url: str) -> list[tuple[int, int]]:
@@ -148,7 +181,11 @@ def content_for_hash(
     """The text whose hash change detection compares: the page's content (strip), each line whose
     shape is volatile (learned, or from the page's history: ``volatile`` holds line_shape values)
     replaced by its masked shape, trailing blanks and blank-line runs tidied."""
-    content = strip(markdown, template, url).content
+    return hash_text(strip(markdown, template, url).content, template, volatile)
+
+
+def hash_text(content: str, template: Template, volatile: Collection[str] = ()) -> str:
+    """``content_for_hash`` of a page already stripped (``strip(...).content``)."""
     masked_shapes = template.volatile_shapes | frozenset(volatile)
     if masked_shapes:
         lines = content.split("\n")
@@ -157,3 +194,13 @@ def content_for_hash(
                 lines[index] = mask_volatile(line)
         content = "\n".join(lines)
     return _BLANK_RUNS.sub("\n\n", _TRAILING.sub("", content)).strip("\n")
+
+
+def chunk_source(markdown: str, template: Template | None, url: str) -> str:
+    """What a page's chunks are cut from: its content without its site's template (None: no
+    template learned, the whole page). A page that is all template (a section index that is only
+    its sidebar) is cut whole: a live page is never left without a passage."""
+    if template is None or not template.pages and not template.pins:
+        return markdown
+    content = strip(markdown, template, url).content
+    return content if content.strip() else markdown

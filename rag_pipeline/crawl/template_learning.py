@@ -1,12 +1,16 @@
-"""Learning a site's template from its stored pages, in its discovery run or when an operator asks.
+"""Learning a site's template from its stored pages: in its discovery run, in the batch runs of
+its first load, or when an operator asks.
 
 After a reading, the site's template is learned again when it never was, when it is older than the
 site's ``template_every``, or when its live pages moved by more than 10% (core/template_rows.py).
-The sources are streamed from the database (store/site_templates.py) into ``learn_from``; what is
-learned replaces the stored template in one transaction. A learning that fails never fails the
-reading: the old template stays, and the failure is recorded and said (metadata, log, `site show`).
+A young site is learned by its batch runs (``learn_young_sites``) before they cut its pages. The
+sources are streamed from the database (store/site_templates.py) into ``learn_from``, a sample of
+at most ``SAMPLE`` pages; what is learned replaces the stored template in one transaction. A
+learning that fails never fails the reading or the run: the old template stays, and the failure is
+recorded and said (metadata, log, `site show`).
 
-What is learned is not used by change detection or chunking yet: it is shown.
+Routing compares crawls past the template (core/content_gate.py) and the chunks are cut without it
+(core/template_strip.chunk_source).
 """
 
 from __future__ import annotations
@@ -14,17 +18,29 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 
-from rag_pipeline.core.site_spec import SiteSpec
+from rag_pipeline.core.site_spec import SiteScope, SiteSpec
 from rag_pipeline.core.site_template import Template, learn_from
+from rag_pipeline.core.template_pins import parse_pins
 from rag_pipeline.core.template_rows import learning_due
 from rag_pipeline.core.urls import InvalidURL, normalize_url
 from rag_pipeline.store import site_templates as store
+from rag_pipeline.store import sites
 
 log = logging.getLogger(__name__)
+
+# Pages a template is learned from at most: the first by page id, a sample spread over the site
+# (store/site_templates.py live_sources). Blocks on half the pages are as plain in 2,000 pages as
+# in 100,000, and learning stays seconds and tens of MB whatever the site's size.
+SAMPLE = 2_000
+# A site is learned in its first load once it has this many live pages (core/site_template.py
+# needs MIN_PAGES pages to call a block template; a few more make the share meaningful).
+YOUNG_FROM = 20
+# A young site whose learning failed is tried again by a batch run after this long.
+RETRY_FAILED = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -66,10 +82,8 @@ def own_site(spec: SiteSpec):
 def learn_site(conn: psycopg.Connection, spec: SiteSpec, *, force: bool = False) -> Learning:
     """Learn the site's template if it is due (or ``force``), and store it. Never raises for a
     failed learning: it comes back as outcome "failed", the stored template untouched."""
-    started = time.monotonic()
     stored = store.load(conn, spec.name)
     old = stored.template if stored else None
-    learned_at = stored.learned_at if stored else None
     pages_now = store.live_count(conn, spec.name)
     if force:
         reason = "asked for"
@@ -81,17 +95,66 @@ def learn_site(conn: psycopg.Connection, spec: SiteSpec, *, force: bool = False)
         reason = learning_due(stored.learned_at, old.pages, pages_now, stored.now, spec.template_every)
         if reason is None:
             return Learning(spec.name, "kept", f"learned {stored.learned_at:%Y-%m-%d %H:%M} from {old.pages} "
-                            f"pages, within template_every and the page count", old, learned_at)
+                            f"pages, within template_every and the page count", old, stored.learned_at)
+    return _learn(conn, spec.name, own_site(spec), spec.template_pins, reason, stored)
+
+
+def learn_young_sites(conn: psycopg.Connection, page_urls) -> list[Learning]:
+    """In a batch run, after its sources are stored and before they are cut: learn the template
+    of each of these pages' sites that is young, so that a site's first load is cut without its
+    template from its first batches on, not only after its next discovery run. Young: never
+    learned and at least ``YOUNG_FROM`` live pages, or learned from fewer than ``SAMPLE`` pages and
+    grown to twice as many since (a few learnings over a whole first load, each of at most
+    ``SAMPLE`` pages). A site another run is learning is left to it."""
+    done = []
+    scopes = {scope.name: scope for scope in sites.declared_scopes(conn)}
+    for name in store.sites_of(conn, page_urls):
+        if name not in scopes or not store.try_learning_lock(conn, name):
+            continue
+        try:
+            stored = store.load(conn, name)
+            pages_then = stored.template.pages if stored and stored.template else None
+            pages_now = store.live_count(conn, name)
+            if pages_then is None:
+                due = pages_now >= YOUNG_FROM and (stored is None or stored.failed_at is None
+                                                   or stored.now - stored.failed_at >= RETRY_FAILED)
+                reason = f"a young site: {pages_now} pages, never learned"
+            else:
+                due = pages_then < SAMPLE and pages_now >= 2 * pages_then
+                reason = f"a young site: grown from {pages_then} to {pages_now} pages"
+            if due:
+                pins = parse_pins(store.declared_pins(conn, name))
+                done.append(_learn(conn, name, _in_scope(scopes[name]), pins, reason, stored))
+        finally:
+            store.learning_unlock(conn, name)
+    return done
+
+
+def _in_scope(scope: SiteScope):
+    def is_own(url: str) -> bool:
+        try:
+            return scope.in_scope(normalize_url(url))
+        except (InvalidURL, ValueError):
+            return False
+
+    return is_own
+
+
+def _learn(conn: psycopg.Connection, site: str, is_own, pins, reason: str, stored) -> Learning:
+    started = time.monotonic()
+    old = stored.template if stored else None
     try:
-        template = learn_from(store.live_sources(conn, spec.name), own_site(spec), pins=spec.template_pins)
-        learned_at = store.replace(conn, spec.name, template)
+        template = learn_from(store.live_sources(conn, site, limit=SAMPLE), is_own, pins=pins)
+        learned_at = store.replace(conn, site, template)
     except Exception as exc:   # a failed learning must not fail the reading: said, recorded, old kept
         error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
-        log.warning("%s: template learning failed: %s", spec.name, error, exc_info=True)
+        log.warning("%s: template learning failed: %s", site, error, exc_info=True)
         try:
-            store.note_failure(conn, spec.name, error)
+            store.note_failure(conn, site, error)
         except psycopg.Error as noted:
-            log.warning("%s: could not record the failed learning: %s", spec.name, noted)
-        return Learning(spec.name, "failed", reason, old, stored.learned_at if stored else None,
+            log.warning("%s: could not record the failed learning: %s", site, noted)
+        return Learning(site, "failed", reason, old, stored.learned_at if stored else None,
                         time.monotonic() - started, error)
-    return Learning(spec.name, "learned", reason, template, learned_at, time.monotonic() - started)
+    learning = Learning(site, "learned", reason, template, learned_at, time.monotonic() - started)
+    log.info("%s", learning.summary)
+    return learning

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import psycopg
 
 from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
+from rag_pipeline.core.template_strip import chunk_source
 from rag_pipeline.core.text import embed_hash
-from rag_pipeline.store import chunks, pages
+from rag_pipeline.store import chunks, pages, site_templates
 from rag_pipeline.store.spaces import Space
 
 
@@ -37,9 +38,12 @@ def plan(conn: psycopg.Connection, space: Space | None, max_tokens: int, overlap
     signature = chunker_signature(max_tokens, overlap_tokens)
     result = BackfillPlan(signature)
     seen: set[bytes] = set()  # a text shared by several pages is embedded once
-    for _url, text in pages.sources_chunked_otherwise(conn, signature, itersize=batch):
+    templates = site_templates.current(conn)
+    for url, text, site in pages.sources_chunked_otherwise(conn, signature, itersize=batch):
         result.pages += 1
-        pieces = chunk_markdown(text or "", max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+        template = templates.get(site, (None, None))[0]
+        pieces = chunk_markdown(chunk_source(text or "", template, url), max_tokens=max_tokens,
+                                overlap_tokens=overlap_tokens)
         hashes = [embed_hash(c.embed_text) for c in pieces]
         cached = chunks.cached_hashes(conn, space, hashes) if space is not None and hashes else set()
         for piece, digest in zip(pieces, hashes):

@@ -29,6 +29,7 @@ import psycopg
 
 from rag_pipeline.core.batch_sizing import CHARS_PER_TOKEN, SLICE_PAGES, SLICE_TOKENS, WorkItem, slices
 from rag_pipeline.core.urls import page_id
+from rag_pipeline.crawl import template_learning
 from rag_pipeline.ingest import indexing, shared_embedding
 # The events and the retry policy, named through this module by its callers too.
 from rag_pipeline.ingest.batch_events import Event, Failed, RetryPolicy, Skipped, Sourced, Staged, Switched
@@ -80,6 +81,7 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         max_tokens, overlap_tokens = chunk_budget(active)
         if not rechunk:
             yield from _take_sources(conn, work, max_page_bytes, retry)
+            _learn_young_sites(conn, [p.item.page_url for p in work if not p.failed])
         switched = []
         # Slice k+1 is cut while slice k is embedded in a thread: the chunker and the API overlap.
         halted: PageFailure | None = None   # for the pages of the slices after a failed call
@@ -113,6 +115,17 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         # still under way is not waited for (its thread is a daemon, and never touches `conn`);
         # it caches what it paid for on a connection of its own, if the process lives that long.
         _unlock_all(conn)
+
+
+def _learn_young_sites(conn, urls: list[str]) -> None:
+    """A young site's template learned before its pages are cut (crawl/template_learning.py):
+    never a reason to fail the batch, which cuts with the template it has."""
+    if not urls:
+        return
+    try:
+        template_learning.learn_young_sites(conn, urls)
+    except Exception as exc:  # noqa: BLE001 - the batch goes on; the next one tries again
+        log.warning("learning the templates of this batch's sites failed: %s", exc)
 
 
 def _tokens_of(page: _Page) -> int:

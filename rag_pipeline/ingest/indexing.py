@@ -14,6 +14,7 @@ import psycopg
 
 from rag_pipeline.core.bodies import decode_stored
 from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
+from rag_pipeline.core.template_strip import chunk_source
 from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
@@ -21,7 +22,7 @@ from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.ingest import vector_cache
 from rag_pipeline.ingest.vector_cache import EmbedderFor
 from rag_pipeline.store import chunks as chunk_store
-from rag_pipeline.store import deliveries, pages, spaces
+from rag_pipeline.store import deliveries, pages, site_templates, spaces
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,9 @@ def stage_many(conn: psycopg.Connection, page_urls: Sequence[str], max_tokens: i
     staged. Returns each page's result and the chunks staged for it."""
     urls = list(dict.fromkeys(page_urls))
     rows = pages.get_many(conn, urls)
+    # Cut without the site's template (core/template_strip.py): it stays out of embeddings and
+    # passages, and the stored source keeps it.
+    templates = site_templates.current(conn, {page.site for page in rows.values()})
     signature = chunker_signature(max_tokens, overlap_tokens)
     results: dict[str, tuple[StageResult, list[chunk_store.StagedChunk]] | Exception] = {}
     generations: dict = {}
@@ -137,7 +141,9 @@ def stage_many(conn: psycopg.Connection, page_urls: Sequence[str], max_tokens: i
             results[url] = (StageResult(None, 0, 0), [])
             continue
         try:
-            pieces = chunk_markdown(page.source_text, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+            template = templates.get(page.site, (None, None))[0]
+            pieces = chunk_markdown(chunk_source(page.source_text, template, url), max_tokens=max_tokens,
+                                    overlap_tokens=overlap_tokens)
         except Exception as exc:  # noqa: BLE001 - this page fails, the others are staged
             results[url] = exc
             continue

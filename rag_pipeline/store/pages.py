@@ -8,6 +8,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
 
 from rag_pipeline.core.batch_sizing import WorkItem
 from rag_pipeline.core.location_holds import Holds
@@ -32,12 +33,15 @@ class Page:
     chunker_version: str | None
     newest_crawl_at: datetime | None = None   # of the newest delivery routed for the page
     site: str | None = None                   # its declared site; None: the catch-all
+    content_key: str | None = None            # the source's content key, cached (core/content_gate.py)
+    content_key_tag: str | None = None
+    volatile_counts: dict | None = None
 
 
 _COLUMNS = (
     "page_id, url, source_text, source_hash, source_delivery_id, indexed_hash, applied_delivery_id,"
     " original_status, first_seen_at, last_crawled_at, last_verified_at, last_changed_at,"
-    " deleted_at, chunker_version, newest_crawl_at, site"
+    " deleted_at, chunker_version, newest_crawl_at, site, content_key, content_key_tag, volatile_counts"
 )
 
 
@@ -166,11 +170,45 @@ def set_sources(conn: psycopg.Connection,
     ids, texts, hashes, delivery_ids, statuses = (list(c) for c in zip(*rows))
     conn.execute(
         "UPDATE pages p SET source_text = n.text, source_hash = n.hash, source_delivery_id = n.delivery_id,"
-        " original_status = n.status, last_crawled_at = now()"
+        " original_status = n.status, last_crawled_at = now(), content_key = NULL, content_key_tag = NULL"
         " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bigint[], %s::integer[])"
         "   AS n (page_id, text, hash, delivery_id, status)"
         " WHERE p.page_id = n.page_id",
         (ids, texts, hashes, delivery_ids, statuses),
+    )
+
+
+def refresh_sources(conn: psycopg.Connection, rows: list[tuple]) -> None:
+    """Crawls whose content equals what is indexed while their text moved (their template, a
+    volatile line): the newest text becomes the stored source and is what the chunks reflect, with
+    its content key, in one statement. (page_id, text, hash, delivery_id, original_status, content
+    key, key tag) each. ``last_changed_at`` does not move: the content did not."""
+    if not rows:
+        return
+    ids, texts, hashes, delivery_ids, statuses, keys, tags = (list(c) for c in zip(*rows))
+    conn.execute(
+        "UPDATE pages p SET source_text = n.text, source_hash = n.hash, indexed_hash = n.hash,"
+        " source_delivery_id = n.delivery_id, original_status = n.status, content_key = n.key,"
+        " content_key_tag = n.tag"
+        " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bigint[], %s::integer[], %s::text[], %s::text[])"
+        "   AS n (page_id, text, hash, delivery_id, status, key, tag)"
+        " WHERE p.page_id = n.page_id",
+        (ids, texts, hashes, delivery_ids, statuses, keys, tags),
+    )
+
+
+def set_content_keys(conn: psycopg.Connection, rows: list[tuple[UUID, str | None, str | None, dict]]) -> None:
+    """What the hash gate learned of each page compared (core/content_gate.py), in one statement:
+    (page_id, its source's content key and tag, or None to leave them, its volatile counts)."""
+    if not rows:
+        return
+    ids, keys, tags, counts = (list(c) for c in zip(*rows))
+    conn.execute(
+        "UPDATE pages p SET content_key = coalesce(n.key, p.content_key),"
+        " content_key_tag = coalesce(n.tag, p.content_key_tag), volatile_counts = n.counts"
+        " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[]) AS n (page_id, key, tag, counts)"
+        " WHERE p.page_id = n.page_id",
+        (ids, keys, tags, [Jsonb(c) for c in counts]),
     )
 
 
@@ -194,11 +232,11 @@ def count_chunked_otherwise(conn: psycopg.Connection, signature: str) -> int:
 
 
 def sources_chunked_otherwise(conn: psycopg.Connection, signature: str, *, itersize: int = 200):
-    """(url, source_text) of those pages, read through a server-side cursor (the corpus may not fit
-    in memory), in a read transaction held open while the caller iterates."""
+    """(url, source_text, site) of those pages, read through a server-side cursor (the corpus may
+    not fit in memory), in a read transaction held open while the caller iterates."""
     with conn.transaction(), conn.cursor(name="chunked_otherwise") as cur:
         cur.itersize = itersize
-        cur.execute(f"SELECT url, source_text FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,))
+        cur.execute(f"SELECT url, source_text, site FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,))
         yield from cur
 
 

@@ -42,19 +42,50 @@ def live_count(conn: psycopg.Connection, site: str) -> int:
     return conn.execute(f"SELECT count(*) FROM pages WHERE {_LIVE}", (site,)).fetchone()[0]
 
 
-def live_sources(conn: psycopg.Connection, site: str, batch: int = SOURCE_BATCH) -> Iterator[tuple[str, str]]:
+def live_sources(conn: psycopg.Connection, site: str, batch: int = SOURCE_BATCH,
+                 limit: int | None = None) -> Iterator[tuple[str, str]]:
     """(URL, stored source) of the site's live pages, in page id order, read ``batch`` pages a
-    statement by keyset (the pages_site index): no snapshot or cursor held between batches."""
+    statement by keyset (the pages_site index): no snapshot or cursor held between batches. At
+    most ``limit`` pages: page ids are UUIDv5 hashes of the URLs, so the first ones by id are a
+    sample of the site spread over all its sections."""
     after: UUID | None = None
-    while True:
+    left = limit
+    while left is None or left > 0:
+        want = batch if left is None else min(batch, left)
         rows = conn.execute(
             f"SELECT page_id, url, source_text FROM pages WHERE {_LIVE} AND (%s::uuid IS NULL OR page_id > %s)"
-            " ORDER BY page_id LIMIT %s", (site, after, after, batch)).fetchall()
+            " ORDER BY page_id LIMIT %s", (site, after, after, want)).fetchall()
         for _, url, text in rows:
             yield url, text
-        if len(rows) < batch:
+        if left is not None:
+            left -= len(rows)
+        if len(rows) < want:
             return
         after = rows[-1][0]
+
+
+def sites_of(conn: psycopg.Connection, urls) -> list[str]:
+    """The declared sites these pages belong to."""
+    return [r[0] for r in conn.execute("SELECT DISTINCT site FROM pages WHERE url = ANY(%s) AND site IS NOT NULL"
+                                       " ORDER BY 1", (list(urls),))]
+
+
+def declared_pins(conn: psycopg.Connection, site: str) -> list:
+    """The site's template_pins as its declaration was last synced (the YAML's form)."""
+    row = conn.execute("SELECT template_pins FROM sites WHERE name = %s", (site,)).fetchone()
+    return row[0] if row else []
+
+
+# One learning of a site at a time: two batch runs of a young site never learn it side by side.
+_LEARNING_LOCK = 0x7E4A
+
+
+def try_learning_lock(conn: psycopg.Connection, site: str) -> bool:
+    return conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LEARNING_LOCK, site)).fetchone()[0]
+
+
+def learning_unlock(conn: psycopg.Connection, site: str) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LEARNING_LOCK, site))
 
 
 def replace(conn: psycopg.Connection, site: str, template: Template) -> datetime:
@@ -102,3 +133,27 @@ def load(conn: psycopg.Connection, site: str) -> Learned | None:
         template = template_of({"pages": pages, "short_words": short_words, "texts": texts, "shapes": shapes,
                                 "sidebar_items": sidebar_items, "volatile_shapes": volatile, "pins": pins}, rows)
     return Learned(site, template, learned_at, failed_at, error, now)
+
+
+def current(conn: psycopg.Connection, sites=None) -> dict[str, tuple[Template, datetime]]:
+    """What routing and chunking strip with: each of these sites' (None: every site's) learned
+    template (the lookup sets and canonical pages, not the display rows) and when it was learned.
+    A site never learned is absent."""
+    names = None if sites is None else sorted({site for site in sites if site is not None})
+    if names == []:
+        return {}
+    headers = conn.execute(
+        "SELECT site, learned_at, pages, short_words, texts, shapes, sidebar_items, volatile_shapes, pins"
+        " FROM site_templates WHERE (%s::text[] IS NULL OR site = ANY(%s)) AND learned_at IS NOT NULL",
+        (names, names)).fetchall()
+    canonical: dict[str, list] = {}
+    for site, *row in conn.execute(
+            f"SELECT site, {', '.join(BLOCK_COLUMNS)} FROM site_template_blocks WHERE (%s::text[] IS NULL"
+            " OR site = ANY(%s)) AND why = 'text' AND canonical_url IS NOT NULL", (names, names)):
+        canonical.setdefault(site, []).append(row)
+    found = {}
+    for site, learned_at, pages, short_words, texts, shapes, items, volatile, pins in headers:
+        header = {"pages": pages, "short_words": short_words, "texts": texts, "shapes": shapes,
+                  "sidebar_items": items, "volatile_shapes": volatile, "pins": pins}
+        found[site] = (template_of(header, canonical.get(site, [])), learned_at)
+    return found

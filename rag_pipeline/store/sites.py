@@ -12,6 +12,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from rag_pipeline.core.site_spec import SiteScope, SiteSpec, locate
+from rag_pipeline.core.template_pins import pins_rows
 
 
 @dataclass(frozen=True)
@@ -47,18 +48,19 @@ def sync_declared(conn: psycopg.Connection, specs: Iterable[SiteSpec], *, by_loc
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO sites (name, shards, scope, exclude, max_pages, discover_every, link_depth, boilerplate,"
-            "   crawler, cadence) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            "   crawler, cadence, template_pins) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET shards = excluded.shards, scope = excluded.scope,"
             "   exclude = excluded.exclude, max_pages = excluded.max_pages, discover_every = excluded.discover_every,"
             "   link_depth = excluded.link_depth, boilerplate = excluded.boilerplate, crawler = excluded.crawler,"
-            "   cadence = excluded.cadence"
+            "   cadence = excluded.cadence, template_pins = excluded.template_pins"
             " WHERE (sites.shards, sites.scope, sites.exclude, sites.max_pages, sites.discover_every, sites.link_depth,"
-            "        sites.boilerplate, sites.crawler, sites.cadence)"
+            "        sites.boilerplate, sites.crawler, sites.cadence, sites.template_pins)"
             "   IS DISTINCT FROM (excluded.shards, excluded.scope, excluded.exclude, excluded.max_pages,"
             "                     excluded.discover_every, excluded.link_depth, excluded.boilerplate, excluded.crawler,"
-            "                     excluded.cadence)",
+            "                     excluded.cadence, excluded.template_pins)",
             [(s.name, s.shards, list(s.scope), list(s.exclude), s.max_pages, s.discover_every, s.link_depth,
-              Jsonb(list(s.boilerplate)), s.crawler, None if s.cadence is None else Jsonb(dict(s.cadence)))
+              Jsonb(list(s.boilerplate)), s.crawler, None if s.cadence is None else Jsonb(dict(s.cadence)),
+              Jsonb(pins_rows(s.template_pins)))
              for s in specs],
         )
         if by_location:
