@@ -18,7 +18,9 @@ A block (template_blocks.py) is **template** when one of these holds, each expla
   of their items, so a sidebar that gains an item is still recognised.
 - **pinned**: an operator's template pin (template_pins.py); a content pin always wins.
 
-The items of sidebars and of link lists learned by text are kept too: a link list most of whose
+A block that is twice on a page on a tenth of its pages or more (an admonition's label, a
+directive) is the pages' structure, never template. The items of sidebars and of link lists
+learned by text are kept too: a link list most of whose
 items are known is template, so a navigation that gains an item is still recognised.
 
 **Never removing content.** Short blocks, link lists and link-heavy blocks carry navigation, not
@@ -45,7 +47,7 @@ from urllib.parse import urlsplit
 from rag_pipeline.core.template_blocks import CANDIDATE_KINDS, PageBlock, cut_page, fingerprint, own_site_share
 from rag_pipeline.core.template_pins import Pin, pinned_role
 
-__all__ = ["LearnedBlock", "Template", "first_path_segment", "is_prose", "learn", "learn_from"]
+__all__ = ["LearnedBlock", "Template", "first_path_segment", "is_prose", "learn", "learn_from", "sections_below"]
 
 MIN_SHARE = 0.5
 MIN_PAGES = 5
@@ -100,6 +102,33 @@ def first_path_segment(url: str) -> str:
     return urlsplit(url).path.lstrip("/").split("/", 1)[0]
 
 
+def sections_below(urls: Iterable[str]) -> Callable[[str], str]:
+    """A page's section on a site whose pages all sit under a common path (docs under /en/5.2/):
+    the first segment below it, so that the site's sections are its real ones, not one."""
+    common: list[str] | None = None
+    for url in urls:
+        path = urlsplit(url).path
+        folders = [part for part in path.split("/") if part]
+        if not path.endswith("/"):
+            folders = folders[:-1]   # a file's name is not a folder
+        if common is None:
+            common = folders
+        else:
+            depth = 0
+            while depth < min(len(common), len(folders)) and common[depth] == folders[depth]:
+                depth += 1
+            del common[depth:]
+        if not common:
+            break
+    depth = len(common or [])
+
+    def section_of(url: str) -> str:
+        parts = [part for part in urlsplit(url).path.split("/") if part]
+        return parts[depth] if len(parts) > depth else ""
+
+    return section_of
+
+
 def is_prose(block: PageBlock, short_words: int = SHORT_WORDS) -> bool:
     """Long text that is mostly not link text: content when it repeats, kept on its canonical page."""
     return block.kind != "link_list" and block.words > short_words and block.link_words * 2 < block.words
@@ -134,12 +163,18 @@ class _Counts:
     sidebars: dict[str, PageBlock] = field(default_factory=dict)
     canonical: dict[str, tuple[float, int, str]] = field(default_factory=dict)
     pinned: Counter[str] = field(default_factory=Counter)
+    repeated: Counter[str] = field(default_factory=Counter)   # pages where a text or shape is twice
 
 
 def _count_page(counts: _Counts, url: str, markdown: str, section: str, is_own: Callable[[str], bool],
                 pins: Sequence[Pin], short_words: int) -> None:
     blocks = cut_page(markdown, url)
     page_words = sum(block.words for block in blocks) or 1
+    # Chrome is once a page; a line a page repeats (a "Note" label, a directive) is its structure.
+    top = [block for block in blocks if block.kind in CANDIDATE_KINDS]
+    by_text = Counter(block.fingerprint for block in top)
+    by_shape = Counter(block.shape for block in top if block.kind != "link_list" and block.words <= short_words)
+    counts.repeated.update({key for found in (by_text, by_shape) for key, seen in found.items() if seen > 1})
     texts: set[str] = set()
     shapes: set[str] = set()
     items: set[str] = set()
@@ -184,6 +219,12 @@ def _frequent(site: Counter[str], by_section: Counter[tuple[str, str]], counts: 
         if key not in found and seen >= _threshold(counts.sections[section], min_share, min_pages):
             found[key] = f"section {section or '/'}"
     return found
+
+
+def _once_a_page(counts: _Counts, key: str) -> bool:
+    """Chrome is once on a page: a block that is twice on a tenth of its pages is their structure."""
+    seen = counts.texts.get(key) or counts.shapes.get(key) or 1
+    return counts.repeated[key] * 10 < seen
 
 
 def _chrome_shape(counts: _Counts, shape: str) -> bool:
@@ -248,9 +289,11 @@ def learn_from(
         _count_page(counts, url, markdown, section_of(url), is_own, pins, short_words)
         seen += 1
 
-    by_text = _frequent(counts.texts, counts.text_sections, counts, min_share, min_pages)
+    by_text = {key: scope for key, scope in _frequent(counts.texts, counts.text_sections, counts, min_share,
+                                                      min_pages).items() if _once_a_page(counts, key)}
     by_shape = {key: scope for key, scope in _frequent(counts.shapes, counts.shape_sections, counts, min_share,
-                                                       min_pages).items() if _chrome_shape(counts, key)}
+                                                       min_pages).items()
+                if _chrome_shape(counts, key) and _once_a_page(counts, key)}
     # A nav list learned by text is a sidebar too: its items are what recognises it once it grows.
     sidebars = {key: block for key, block in counts.sidebars.items() if _is_sidebar(block, counts.items, min_pages)}
 

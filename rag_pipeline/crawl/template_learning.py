@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from rag_pipeline.core.site_spec import SiteScope, SiteSpec
-from rag_pipeline.core.site_template import Template, learn_from
+from rag_pipeline.core.site_template import Template, learn_from, sections_below
 from rag_pipeline.core.template_pins import parse_pins
 from rag_pipeline.core.template_rows import learning_due
 from rag_pipeline.core.urls import InvalidURL, normalize_url
@@ -144,7 +144,9 @@ def _learn(conn: psycopg.Connection, site: str, is_own, pins, reason: str, store
     started = time.monotonic()
     old = stored.template if stored else None
     try:
-        template = learn_from(store.live_sources(conn, site, limit=SAMPLE), is_own, pins=pins)
+        sample = list(store.live_sources(conn, site, limit=SAMPLE))   # SAMPLE pages: tens of MB at most
+        sample.sort()
+        template = learn_from(sample, is_own, pins=pins, section_of=sections_below(url for url, _ in sample))
         learned_at = store.replace(conn, site, template)
     except Exception as exc:   # a failed learning must not fail the reading: said, recorded, old kept
         error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"

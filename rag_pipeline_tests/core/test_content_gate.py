@@ -122,3 +122,25 @@ def test_a_bare_date_that_differs_on_every_page_stays_content_and_a_labelled_sta
     url = "https://docs.example.org/releases/5.7/"
     content = strip(pages[url], template, url).content
     assert "*March 4, 2024*" in content and "Last updated" not in content
+
+
+def test_sections_are_found_below_the_sites_common_path() -> None:
+    from rag_pipeline.core.site_template import sections_below
+
+    urls = ["https://docs.example.org/en/5.2/", "https://docs.example.org/en/5.2/ref/models/",
+            "https://docs.example.org/en/5.2/topics/db/queries/", "https://docs.example.org/en/5.2/glossary.html"]
+    section_of = sections_below(urls)
+    assert [section_of(u) for u in urls] == ["", "ref", "topics", "glossary.html"]
+
+
+def test_a_line_a_page_repeats_is_its_structure_not_template() -> None:
+    """Chrome is once a page. An admonition's label written several times on most pages is how
+    those pages are written, and stays; the same label once a page on every page is template."""
+    from rag_pipeline.core.template_strip import strip
+
+    body = "Note:\n\nKeep the {n} settings apart.\n\nNote:\n\nRestart after editing setting {n}.\n"
+    pages = {f"https://docs.example.org/s/{n}/": f"# Page {n}\n\n" + body.format(n=n) for n in range(20)}
+    url = "https://docs.example.org/s/3/"
+    assert strip(pages[url], learn(pages, own_site), url).content.count("Note:") == 2
+    once = {u: text + "\nPowered by Sphinx\n" for u, text in pages.items()}
+    assert "Powered by Sphinx" not in strip(once[url], learn(once, own_site), url).content
