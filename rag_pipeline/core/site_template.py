@@ -107,10 +107,9 @@ def sections_below(urls: Iterable[str]) -> Callable[[str], str]:
     the first segment below it, so that the site's sections are its real ones, not one."""
     common: list[str] | None = None
     for url in urls:
-        path = urlsplit(url).path
-        folders = [part for part in path.split("/") if part]
-        if not path.endswith("/"):
-            folders = folders[:-1]   # a file's name is not a folder
+        # Every segment counts (normalized URLs have no trailing slash): the docs' root page
+        # (/en/5.2) holds the common path down to its own end.
+        folders = [part for part in urlsplit(url).path.split("/") if part]
         if common is None:
             common = folders
         else:

@@ -127,10 +127,12 @@ def test_a_bare_date_that_differs_on_every_page_stays_content_and_a_labelled_sta
 def test_sections_are_found_below_the_sites_common_path() -> None:
     from rag_pipeline.core.site_template import sections_below
 
-    urls = ["https://docs.example.org/en/5.2/", "https://docs.example.org/en/5.2/ref/models/",
-            "https://docs.example.org/en/5.2/topics/db/queries/", "https://docs.example.org/en/5.2/glossary.html"]
+    urls = ["https://docs.example.org/en/5.2", "https://docs.example.org/en/5.2/ref/models",
+            "https://docs.example.org/en/5.2/topics/db/queries", "https://docs.example.org/en/5.2/glossary.html"]
     section_of = sections_below(urls)
     assert [section_of(u) for u in urls] == ["", "ref", "topics", "glossary.html"]
+    # Without the root page the common path is the same: the sections are not each page.
+    assert sections_below(urls[1:])(urls[1]) == "ref"
 
 
 def test_a_line_a_page_repeats_is_its_structure_not_template() -> None:
