@@ -67,7 +67,7 @@ class Learning:
         return f"{self.site}: template not learned again: {self.reason}"
 
 
-def own_site(spec: SiteSpec):
+def own_site(spec: SiteSpec | SiteScope):
     """Whether a link (as written in a page: http or https, any case) is to the site's own pages."""
 
     def is_own(url: str) -> bool:
@@ -124,20 +124,10 @@ def learn_young_sites(conn: psycopg.Connection, page_urls) -> list[Learning]:
                 reason = f"a young site: grown from {pages_then} to {pages_now} pages"
             if due:
                 pins = parse_pins(store.declared_pins(conn, name))
-                done.append(_learn(conn, name, _in_scope(scopes[name]), pins, reason, stored))
+                done.append(_learn(conn, name, own_site(scopes[name]), pins, reason, stored))
         finally:
             store.learning_unlock(conn, name)
     return done
-
-
-def _in_scope(scope: SiteScope):
-    def is_own(url: str) -> bool:
-        try:
-            return scope.in_scope(normalize_url(url))
-        except (InvalidURL, ValueError):
-            return False
-
-    return is_own
 
 
 def _learn(conn: psycopg.Connection, site: str, is_own, pins, reason: str, stored) -> Learning:

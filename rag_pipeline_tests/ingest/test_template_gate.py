@@ -110,3 +110,40 @@ def test_a_counter_in_a_pages_content_stops_routing_it_after_two_changes(conn):
     edited = page.replace("backlog.", "backlog and its failures.")
     assert crawl(conn, {url: edited.format(n=1450)}, embedder) == {"queued": 1}
     assert "its failures" in chunk_text(conn, url)
+
+
+def apply_all(conn, pages: dict[str, str]) -> None:
+    """Delivered, routed and applied by one batch run's code (apply_batch), as index_batch does."""
+    from rag_pipeline.ingest import batch_apply
+    from rag_pipeline.store import deliveries
+
+    for url, text in pages.items():
+        put(conn, url, text)
+    route_batch(conn, 10_000, MAX)
+    work = deliveries.queued_work(conn, 10_000)
+    events = list(batch_apply.apply_batch(
+        conn, work, batch_key=None, embedder_for=lambda _space: CountingEmbedder(),
+        chunk_budget=lambda _space: (512, 64), max_page_bytes=MAX, retry=batch_apply.RetryPolicy(3, 1.0)))
+    assert not [e for e in events if isinstance(e, batch_apply.Failed)]
+
+
+def test_a_young_sites_first_batch_learns_its_template_before_it_cuts(conn, database_url):
+    import psycopg
+
+    from rag_pipeline.store import site_templates
+
+    sites.sync_declared(conn, [SPEC])
+    site = wrapped_site()
+    urls = sorted(site)
+    apply_all(conn, {u: site[u] for u in urls[:10]})   # fewer than 20 pages: too young to learn
+    assert site_templates.current(conn, ["docs"]) == {}
+    # Another process learning the site: the batch cuts with what there is and goes on.
+    with psycopg.connect(database_url, autocommit=True) as other:
+        assert site_templates.try_learning_lock(other, "docs")
+        apply_all(conn, {u: site[u] for u in urls[10:30]})
+        assert site_templates.current(conn, ["docs"]) == {}
+    apply_all(conn, {u: site[u] for u in urls[30:]})
+    template, _ = site_templates.current(conn, ["docs"])["docs"]
+    assert template.pages == len(urls)
+    assert FOOTER not in chunk_text(conn, urls[-1]) and NAV_ITEM not in chunk_text(conn, urls[-1])
+    assert FOOTER in chunk_text(conn, urls[0])   # cut before it was learned, and not re-cut since
