@@ -137,13 +137,21 @@ def _threshold(pages: int, min_share: float, min_pages: int) -> int:
     return max(min_pages, math.ceil(min_share * pages))
 
 
-def _candidates(blocks: list[PageBlock]) -> list[PageBlock]:
+def _may_be_chrome(block: PageBlock, markdown: str) -> bool:
+    """Chrome is words at the page's margin: an indented line (a literal block's code) or a line
+    of no words (a closing bracket, an ellipsis) is the content's own structure."""
+    if block.kind == "link_list":
+        return True
+    return not markdown[block.start:block.start + 1].isspace() and _LABEL.search(block.text) is not None
+
+
+def _candidates(blocks: list[PageBlock], markdown: str) -> list[PageBlock]:
     found = []
     for block in blocks:
-        if block.kind in CANDIDATE_KINDS:
+        if block.kind in CANDIDATE_KINDS and _may_be_chrome(block, markdown):
             found.append(block)
             if block.kind == "paragraph":
-                found.extend(block.parts)
+                found.extend(part for part in block.parts if _may_be_chrome(part, markdown))
     return found
 
 
@@ -177,7 +185,7 @@ def _count_page(counts: _Counts, url: str, markdown: str, section: str, is_own: 
     texts: set[str] = set()
     shapes: set[str] = set()
     items: set[str] = set()
-    for block in _candidates(blocks):
+    for block in _candidates(blocks, markdown):
         role = pinned_role(pins, block.text) if pins else None
         if role == "content":
             continue

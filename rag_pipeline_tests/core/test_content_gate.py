@@ -146,3 +146,20 @@ def test_a_line_a_page_repeats_is_its_structure_not_template() -> None:
     assert strip(pages[url], learn(pages, own_site), url).content.count("Note:") == 2
     once = {u: text + "\nPowered by Sphinx\n" for u, text in pages.items()}
     assert "Powered by Sphinx" not in strip(once[url], learn(once, own_site), url).content
+
+
+def test_a_literal_blocks_lines_and_wordless_lines_are_never_template() -> None:
+    """Indented lines (a literal block's code) and lines of no words repeat across a tutorial's
+    pages without being chrome: they stay, however many pages carry them."""
+    from rag_pipeline.core.template_strip import strip
+
+    words = ["otters", "herons", "beavers", "salmon", "kestrels", "badgers", "voles", "newts", "moths", "crabs"]
+    pages = {}
+    for n in range(20):
+        prose = f"The {words[n % 10]} of part {words[(n * 3) % 10]} gather where the {words[(n * 7) % 10]} rest."
+        pages[f"https://docs.example.org/intro/{n}/"] = (
+            f"# Part about {words[n % 10]} and {words[(n + 1) % 10]}\n\n{prose}\n\n"
+            "    >>> from polls.models import Choice\n    ...\n\n]\n")
+    url = "https://docs.example.org/intro/3/"
+    content = strip(pages[url], learn(pages, own_site), url).content
+    assert ">>> from polls.models import Choice" in content and "\n]\n" in content and "    ..." in content
