@@ -82,6 +82,17 @@ def mask_volatile(text: str) -> str:
     return _VOLATILE_RE.sub(lambda m: _MASKS[m.lastgroup or ""], text)
 
 
+_STAMPS = frozenset({"‹date›", "‹time›", "‹hex›"})
+
+
+def mask_stamps(text: str) -> str:
+    """The text with only its dates, times and hex ids masked: numbers and versions kept."""
+    if _DIGIT.search(text) is None:
+        return text
+    return _VOLATILE_RE.sub(lambda m: m.group(0) if _MASKS[m.lastgroup or ""] not in _STAMPS
+                            else _MASKS[m.lastgroup or ""], text)
+
+
 def fingerprint(text: str) -> str:
     """A short stable id of a text (16 hex digits): equal texts, equal ids, on any machine."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()

@@ -1,7 +1,9 @@
 """Volatile text learned from one page's own history: lines that change on every crawl without meaning.
 
-A "Viewed 1,234 times" counter or a "Generated 2026-12-01 10:30" stamp inside a page's content is
-not on enough pages to be learned as template, yet it changes at each crawl. Comparing two
+A "Generated 2026-12-01 10:30" stamp or a session token inside a page's content is not on enough
+pages to be learned as template, yet it changes at each crawl. Only dates, times and hex ids count:
+a line whose number or version moved ("Round 6", a price, "5.2.1") is a change every time, since a
+number that moves at every crawl may be the page's content. Comparing two
 versions of the page, ``volatile_lines`` finds the lines at the same place (aligned by shape, so
 an inserted paragraph elsewhere does not shift them) whose shape is equal but text differs. These
 are masked for the hash (template_strip.content_for_hash) and kept in the content text.
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rag_pipeline.core.markdown_blocks import parse_blocks
+from rag_pipeline.core.template_blocks import mask_stamps
 from rag_pipeline.core.template_strip import line_shape
 
 __all__ = ["VolatileLine", "confirmed_volatile", "note_volatile", "volatile_lines"]
@@ -63,7 +66,9 @@ def volatile_lines(previous: str, current: str) -> list[VolatileLine]:
             continue
         for offset in range(j2 - j1):
             (_, old), (number, new) = before[i1 + offset], after[j1 + offset]
-            if old.strip() != new.strip():
+            # Only a date, a time or an id moved: a number or a version that moved is content (a
+            # price, a release), whatever its history.
+            if old.strip() != new.strip() and mask_stamps(old) == mask_stamps(new):
                 found.append(VolatileLine(number, shapes_after[j1 + offset], old, new))
     return found
 

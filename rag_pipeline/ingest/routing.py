@@ -17,12 +17,12 @@ from urllib.parse import urlsplit
 import psycopg
 
 from rag_pipeline.core.addresses import Network, host_refusal
-from rag_pipeline.core import content_gate
 from rag_pipeline.core.batch_sizing import WorkItem
 from rag_pipeline.core.bodies import BodyError, decode_stored
 from rag_pipeline.core.site_spec import locate, site_boilerplate
 from rag_pipeline.core.delivery import Verdict, classify
 from rag_pipeline.core.text import BoilerplateRule, content_hash, normalize_markdown
+from rag_pipeline.ingest import hash_gate
 from rag_pipeline.ingest.routing_writes import RoutingWrites
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import InvalidURL, normalize_url, page_id
@@ -322,32 +322,13 @@ def _route(conn, delivery, context: _Context, result: RoutingResult, known: _Kno
     decoded = decode_stored(delivery.body, delivery.body_encoding, max_page_bytes)
     text = normalize_markdown(decoded.text, rules_of(site), url=page_url)
     digest = content_hash(text)
-    indexed = (page is not None and page.deleted_at is None and page.indexed_hash is not None
-               and not known.has_queued(conn, page_url))
-    if indexed and page.indexed_hash == digest:
-        if page.source_hash != digest:
-            # A failed run left a newer source the site has since reverted: the newest crawl wins.
-            writes.set_source(pid, page_url, text, digest, delivery.id, delivery.original_status)
-        # Noted by its content key where it has one: a template move is no change to its change rate.
-        return _unchanged(writes, delivery, pid, page_url, crawled_at, page.content_key or digest)
-    crawl_hash = digest
-    if indexed and page.source_hash == page.indexed_hash and page.source_text is not None:
-        # The text moved: did the content? Compared past the site's template and the page's
-        # volatile lines (core/content_gate.py).
-        template, learned_at = context.templates.get(site, (None, None))
-        gate = content_gate.compare(page.source_text, text, page_url, template, learned_at,
-                                    page.volatile_counts or {}, page.content_key, page.content_key_tag)
-        writes.content_key(pid, page_url, gate.old_key if gate.recomputed else None,
-                           gate.tag if gate.recomputed else None, gate.volatile_counts)
-        if gate.unchanged:
-            # The newest text becomes the source (what is learned and re-chunked is the site as it
-            # is now); the chunks stay, and so does last_changed_at.
-            writes.refresh_source(pid, page_url, text, digest, delivery.id, delivery.original_status,
-                                  gate.new_key, gate.tag)
-            return _unchanged(writes, delivery, pid, page_url, crawled_at, gate.new_key)
-        crawl_hash = gate.new_key
+    if (page is not None and page.deleted_at is None and page.indexed_hash is not None
+            and not known.has_queued(conn, page_url)):
+        crawl = hash_gate.Crawl(delivery, page, pid, page_url, text, digest, crawled_at)
+        if hash_gate.settle(writes, crawl, context.templates, site):
+            return "unchanged"
 
-    writes.note_crawl(pid, page_url, crawled_at, crawl_hash)
+    writes.note_crawl(pid, page_url, crawled_at, digest)
     note = "body had invalid UTF-8, replaced with U+FFFD" if decoded.replaced_invalid_utf8 else None
     writes.mark(delivery.id, "queued", page_url=page_url, error=note, text=text, text_hash=digest,
                     crawled_at=crawled_at)
@@ -364,14 +345,6 @@ def _asked_pages(delivery, page_url: str) -> list[str]:
         except InvalidURL:
             pass
     return asked
-
-
-def _unchanged(writes: RoutingWrites, delivery, pid, page_url: str, crawled_at, crawl_hash: str) -> str:
-    writes.stamp_verified(pid, page_url, delivery.id, delivery.original_status)
-    writes.note_crawl(pid, page_url, crawled_at, crawl_hash)
-    writes.supersede_older(page_url, delivery.id)  # a failed one awaiting its retry
-    writes.mark(delivery.id, "unchanged", page_url=page_url, crawled_at=crawled_at)
-    return "unchanged"
 
 
 def _foreign_redirect(conn, pushed: str | None, page_url: str, page) -> str | None:

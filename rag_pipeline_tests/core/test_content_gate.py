@@ -58,20 +58,32 @@ def test_without_a_template_the_whole_text_is_content() -> None:
     assert not content_gate.compare(before[url], after[url], url, None, None, {}).unchanged
 
 
-def test_a_counter_in_the_content_is_masked_once_it_changed_on_two_crawls_in_a_row() -> None:
-    page = "# Stats\n\nThis page was viewed {n} times.\n\nThe dashboard lists every site's backlog."
+def test_a_stamp_in_the_content_is_masked_once_it_changed_on_two_crawls_in_a_row() -> None:
+    page = "# Stats\n\nGenerated {at} for this site.\n\nThe dashboard lists every site's backlog."
     url = "https://stats.example.org/"
-    second = content_gate.compare(page.format(n=1200), page.format(n=1234), url, None, None, {})
+    second = content_gate.compare(page.format(at="2026-12-01 10:30"), page.format(at="2026-12-02 10:30"), url,
+                                  None, None, {})
     assert not second.unchanged and list(second.volatile_counts.values()) == [1]
-    # The run made the second crawl the source; the third crawl moves the counter again.
-    third = content_gate.compare(page.format(n=1234), page.format(n=1301), url, None, None,
-                                 second.volatile_counts)
+    # The run made the second crawl the source; the third crawl moves the stamp again.
+    third = content_gate.compare(page.format(at="2026-12-02 10:30"), page.format(at="2026-12-03 11:00"), url,
+                                 None, None, second.volatile_counts)
     assert third.unchanged and list(third.volatile_counts.values()) == [2]
-    # A real edit beside the masked counter is still a change.
+    # A real edit beside the masked stamp is still a change.
     edited = page.replace("every site's backlog", "every site's backlog and its failures")
-    fourth = content_gate.compare(page.format(n=1234), edited.format(n=1400), url, None, None,
-                                  third.volatile_counts, third.old_key, third.tag)
+    fourth = content_gate.compare(page.format(at="2026-12-02 10:30"), edited.format(at="2026-12-04 09:00"), url,
+                                  None, None, third.volatile_counts, third.old_key, third.tag)
     assert not fourth.unchanged
+
+
+def test_a_number_that_moves_at_every_crawl_is_a_change_every_time() -> None:
+    """A price or a counter may be the page's content: never learned volatile from its history."""
+    page = "# Prices\n\nRound {n}."
+    url = "https://shop.example.org/busy/"
+    counts: dict[str, int] = {}
+    for n in range(1, 6):
+        gate = content_gate.compare(page.format(n=n - 1), page.format(n=n), url, None, None, counts)
+        assert not gate.unchanged, n
+        counts = gate.volatile_counts
 
 
 def test_a_number_edited_once_is_a_change() -> None:

@@ -99,16 +99,16 @@ def test_learning_the_template_again_routes_nothing_and_embeds_nothing(conn):
     assert {r[0] for r in conn.execute("SELECT content_key_tag FROM pages")}.isdisjoint(tags)
 
 
-def test_a_counter_in_a_pages_content_stops_routing_it_after_two_changes(conn):
+def test_a_stamp_in_a_pages_content_stops_routing_it_after_two_changes(conn):
     url = "https://stats.example.org/"
-    page = "# Stats\n\nThis page was viewed {n} times.\n\nThe dashboard lists every site's backlog."
+    page = "# Stats\n\nGenerated {at} for this site.\n\nThe dashboard lists every site's backlog."
     embedder = CountingEmbedder()
-    assert crawl(conn, {url: page.format(n=1200)}, embedder) == {"queued": 1}
-    assert crawl(conn, {url: page.format(n=1234)}, embedder) == {"queued": 1}   # one change is an edit
-    assert crawl(conn, {url: page.format(n=1301)}, embedder) == {"unchanged": 1}
-    assert crawl(conn, {url: page.format(n=1399)}, embedder) == {"unchanged": 1}
+    assert crawl(conn, {url: page.format(at="2026-12-01 10:30")}, embedder) == {"queued": 1}
+    assert crawl(conn, {url: page.format(at="2026-12-02 10:30")}, embedder) == {"queued": 1}   # one change: an edit
+    assert crawl(conn, {url: page.format(at="2026-12-03 10:30")}, embedder) == {"unchanged": 1}
+    assert crawl(conn, {url: page.format(at="2026-12-04 10:30")}, embedder) == {"unchanged": 1}
     edited = page.replace("backlog.", "backlog and its failures.")
-    assert crawl(conn, {url: edited.format(n=1450)}, embedder) == {"queued": 1}
+    assert crawl(conn, {url: edited.format(at="2026-12-05 10:30")}, embedder) == {"queued": 1}
     assert "its failures" in chunk_text(conn, url)
 
 
