@@ -367,12 +367,13 @@ def route(conn, settings):
 def index_upkeep(conn, space, settings, hnsw: bool) -> bool:
     """delivery_sensor's drop (defs/index/bulk_index.py), without Dagster: the indexes make way
     when the backlog is large against what is indexed. Returns whether it dropped them."""
-    from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows
+    from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows, chars_per_vector
     from rag_pipeline.store import deliveries, spaces, text_search
     if text_search.index_state(conn) != "valid" or (hnsw and spaces.index_state(conn, space) != "valid"):
         return False
     policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
-    if not policy.defer(spaces.indexed_rows(conn, space), backlog_rows(deliveries.queued_chars(conn))):
+    per_vector = chars_per_vector(*spaces.source_per_chunk_sample(conn))
+    if not policy.defer(spaces.indexed_rows(conn, space), backlog_rows(deliveries.queued_chars(conn), per_vector)):
         return False
     if hnsw:
         spaces.drop_index(conn, space)

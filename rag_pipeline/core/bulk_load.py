@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["IndexPolicy", "CHARS_PER_VECTOR", "backlog_rows"]
+__all__ = ["IndexPolicy", "CHARS_PER_VECTOR", "backlog_rows", "chars_per_vector"]
 
 # A queued page's text becomes about one vector per this many characters (chunks of ~400 tokens
-# of ~4 characters, plus their overlap): the backlog is estimated from the queued text's size.
+# of ~4 characters, plus their overlap) before anything is indexed: the backlog is estimated from
+# the queued text's size. Once pages are indexed, their own ratio is used (``chars_per_vector``):
+# the offline model's chunks of 160 tokens are ~4 times as many per character.
 CHARS_PER_VECTOR = 1_600
+# Indexed chunks a measured ratio needs before it replaces the default.
+MIN_MEASURED_CHUNKS = 50
 
 
 @dataclass(frozen=True)
@@ -35,5 +39,13 @@ class IndexPolicy:
         return backlog_rows < self.floor / 2
 
 
-def backlog_rows(queued_chars: int) -> int:
-    return queued_chars // CHARS_PER_VECTOR
+def chars_per_vector(source_chars: int, chunks: int) -> int:
+    """Source characters per vector, as measured on indexed pages (their stored text, their live
+    chunks); the default until enough is indexed to measure."""
+    if chunks < MIN_MEASURED_CHUNKS or source_chars <= 0:
+        return CHARS_PER_VECTOR
+    return max(1, source_chars // chunks)
+
+
+def backlog_rows(queued_chars: int, per_vector: int = CHARS_PER_VECTOR) -> int:
+    return queued_chars // per_vector

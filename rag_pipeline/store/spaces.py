@@ -186,6 +186,18 @@ def indexed_rows(conn: psycopg.Connection, space: Space) -> int:
     return max(0, int(row[0])) if row and row[0] is not None else 0
 
 
+def source_per_chunk_sample(conn: psycopg.Connection, pages: int = 500) -> tuple[int, int]:
+    """(stored source characters, live chunks) of up to ``pages`` indexed pages: how many vectors
+    a page's text becomes, measured (core/bulk_load.chars_per_vector). The first pages by id (a
+    spread sample), each counted by the chunks_page index: milliseconds at any size."""
+    row = conn.execute(
+        "SELECT coalesce(sum(length(p.source_text)), 0), coalesce(sum(n.chunks), 0) FROM"
+        " (SELECT page_id, source_text FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
+        "   AND indexed_hash = source_hash ORDER BY page_id LIMIT %s) p,"
+        " LATERAL (SELECT count(*) AS chunks FROM chunks c WHERE c.page_id = p.page_id) n", (pages,)).fetchone()
+    return int(row[0]), int(row[1])
+
+
 def drop_index(conn: psycopg.Connection, space: Space, lock_timeout: str | None = None) -> None:
     """Make way for a bulk load: rows go in without the per-row HNSW cost, and search scans the
     table exactly meanwhile."""

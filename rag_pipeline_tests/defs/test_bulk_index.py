@@ -178,3 +178,28 @@ def test_auto_build_memory_is_capped_by_the_machine_the_server_runs_on(stack, co
 
 def test_the_test_server_is_on_this_machine(conn):
     assert db.server_is_local(conn)
+
+
+def test_the_backlog_is_counted_in_the_indexed_pages_own_vectors_per_character(conn):
+    """Issue 44, point 1: the offline model's small chunks are ~4 times as many vectors per
+    character as the default estimate assumes; once pages are indexed, their own ratio counts."""
+    from rag_pipeline.core.bulk_load import CHARS_PER_VECTOR, backlog_rows, chars_per_vector
+    from rag_pipeline.ingest.routing import route_batch
+    from rag_pipeline.store import spaces
+    from rag_pipeline_tests.ingest.pagework import MAX, CountingEmbedder, index, put
+
+    assert chars_per_vector(*spaces.source_per_chunk_sample(conn)) == CHARS_PER_VECTOR   # nothing indexed
+    text = "# Handbook\n\n" + "\n\n".join(f"## Part {i}\n\n" + " ".join(f"Sentence {j} of part {i}." for j in range(25))
+                                          for i in range(12))
+    for n in range(8):
+        put(conn, f"https://small.example.org/p{n}", text.replace("Handbook", f"Handbook {n}"))
+    for item in route_batch(conn, 100, MAX).queued:
+        index(conn, item.page_url, CountingEmbedder(), max_tokens=160, overlap=20)
+    source_chars, chunks = spaces.source_per_chunk_sample(conn)
+    stored = conn.execute("SELECT sum(length(source_text)), (SELECT count(*) FROM chunks) FROM pages").fetchone()
+    assert (source_chars, chunks) == (stored[0], stored[1]) and chunks >= 50
+    measured = chars_per_vector(source_chars, chunks)
+    assert measured < CHARS_PER_VECTOR / 2          # 160-token chunks: far fewer characters a vector
+    queued = 1_000_000
+    assert backlog_rows(queued, measured) > 2 * backlog_rows(queued)
+    assert chars_per_vector(source_chars, 10) == CHARS_PER_VECTOR   # too few chunks to measure

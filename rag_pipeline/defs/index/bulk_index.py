@@ -8,7 +8,7 @@ import time
 import dagster as dg
 import psycopg
 
-from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows
+from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows, chars_per_vector
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.store import deliveries, spaces, text_search
 
@@ -74,7 +74,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
     if space is None:
         return None, None
     policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
-    backlog = backlog_rows(deliveries.queued_chars(conn))
+    backlog = backlog_rows(deliveries.queued_chars(conn), chars_per_vector(*spaces.source_per_chunk_sample(conn)))
     droppers = {"HNSW": (spaces.index_state(conn, space), lambda: spaces.drop_index(conn, space, DROP_LOCK_TIMEOUT)),
                 "GIN": (text_search.index_state(conn), lambda: text_search.drop_index(conn, DROP_LOCK_TIMEOUT))}
     standing = [name for name, (state, _) in droppers.items() if state != "missing"]
