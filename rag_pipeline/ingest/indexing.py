@@ -19,7 +19,7 @@ from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
 from rag_pipeline.core.urls import chunk_id, page_id
 from rag_pipeline.embedders.base import Embedder
-from rag_pipeline.ingest import vector_cache
+from rag_pipeline.ingest import first_space, vector_cache
 from rag_pipeline.ingest.vector_cache import EmbedderFor
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import deliveries, pages, site_templates, spaces
@@ -193,7 +193,8 @@ def _space_for(conn: psycopg.Connection, embedder_for: EmbedderFor,
                active: spaces.Space | None) -> tuple[spaces.Space, Embedder]:
     embedder = embedder_for(active)
     # Creates the first space of an empty index; refuses an embedder that is not the active model.
-    return spaces.ensure_active(conn, embedder.model, embedder.dimensions), embedder
+    return (spaces.ensure_active(conn, embedder.model, embedder.dimensions, lambda: first_space.with_index(conn)),
+            embedder)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import psycopg
 
 from rag_pipeline.core.batch_sizing import apportion
 from rag_pipeline.embedders.base import EmbedResult, Embedder, PartialEmbeddingError, PoisonedInputError
-from rag_pipeline.ingest import indexing
+from rag_pipeline.ingest import first_space, indexing
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import db, spaces
 
@@ -59,7 +59,8 @@ def send(conn: psycopg.Connection, staged: Mapping[str, Sequence[chunk_store.Sta
     if not texts:
         return sent
     embedder = embedder_for(active)
-    sent.space = spaces.ensure_active(conn, embedder.model, embedder.dimensions)
+    sent.space = spaces.ensure_active(conn, embedder.model, embedder.dimensions,
+                                      lambda: first_space.with_index(conn))
     cached = chunk_store.cached_hashes(conn, sent.space, list(texts))
     sent.missing = [c for h, c in texts.items() if h not in cached]
     if sent.missing:

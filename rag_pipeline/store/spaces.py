@@ -10,6 +10,8 @@ spaces are indexed as `halfvec`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dataclasses import dataclass
 
 import psutil
@@ -57,8 +59,11 @@ def active(conn: psycopg.Connection) -> Space | None:
     return Space(*row) if row else None
 
 
-def ensure_active(conn: psycopg.Connection, model: str, dimensions: int) -> Space:
-    """The active space, created (with its index) on first use; refuses a silent model switch."""
+def ensure_active(conn: psycopg.Connection, model: str, dimensions: int,
+                  with_index: Callable[[], bool] | None = None) -> Space:
+    """The active space, created on first use; refuses a silent model switch. Created with its
+    HNSW index unless ``with_index()`` says no (an initial load that is a bulk load from its first
+    batch: the index is built once, after it)."""
     current = active(conn)
     if current is None:
         with conn.transaction():
@@ -75,7 +80,8 @@ def ensure_active(conn: psycopg.Connection, model: str, dimensions: int) -> Spac
                 ).fetchone()
                 current = Space(*row)
                 create_table(conn, current)
-                create_index(conn, current)   # an empty table: page switches fill it and the index
+                if with_index is None or with_index():
+                    create_index(conn, current)   # an empty table: page switches fill it and the index
     if (current.model, current.dimensions) != (model, dimensions):
         raise SpaceMismatch(
             f"the active embedding space is {current.model} ({current.dimensions} dims) but the "

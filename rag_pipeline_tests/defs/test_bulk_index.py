@@ -203,3 +203,33 @@ def test_the_backlog_is_counted_in_the_indexed_pages_own_vectors_per_character(c
     queued = 1_000_000
     assert backlog_rows(queued, measured) > 2 * backlog_rows(queued)
     assert chars_per_vector(source_chars, 10) == CHARS_PER_VECTOR   # too few chunks to measure
+
+
+def test_an_initial_load_into_an_empty_index_is_a_bulk_load_from_its_first_batch(stack, conn):
+    """Issue 44, point 1: on a fresh database the first batch makes the space; when what is queued
+    is already a bulk load, it makes it without its HNSW index (no batch writes through it), and the
+    next tick's upkeep leaves search exact until the backlog is written, then builds both once."""
+    base, pipeline = stack
+    for n in range(40):                   # ~80 vectors queued, nothing indexed: a bulk load
+        deliver(base, f"https://docs.example.com/p{n}", page(n))
+    first = pipeline.tick(execute=False)
+    batches = [r for r in first.result.run_requests if r.job_name == "index_batch"]
+    pipeline.defs.resolve_job_def("index_batch").execute_in_process(
+        run_config=batches[0].run_config, instance=pipeline.instance, tags=batches[0].tags)
+    active = spaces.active(conn)
+    assert spaces.index_state(conn, active) == "missing"
+    assert scan(conn) == "exact (HNSW index dropped for a bulk load)"
+    for request in batches[1:]:
+        pipeline.defs.resolve_job_def("index_batch").execute_in_process(
+            run_config=request.run_config, instance=pipeline.instance, tags=request.tags)
+    while conn.execute("SELECT count(*) FROM deliveries WHERE outcome = 'queued'").fetchone()[0]:
+        pipeline.tick()
+    assert [r.job_name for r in pipeline.tick().runs] == ["space_index"]
+    assert (scan(conn), lexical(conn)) == ("hnsw", "gin")
+
+
+def test_a_small_first_load_makes_the_space_with_its_index(stack, conn):
+    base, pipeline = stack
+    deliver(base, "https://docs.example.com/first", page(0))
+    pipeline.tick()
+    assert spaces.index_state(conn, spaces.active(conn)) == "valid"
