@@ -134,11 +134,14 @@ def backfill_plan(as_json: bool) -> None:
         with progress("pages planned (cut in memory, nothing written)", todo, every=max(200, todo // 10),
                       show=not as_json) as advance:
             result = plan(conn, active, max_tokens, overlap_tokens, on_progress=advance)
+    price = settings.resolved_embedding_price()
+    cost = round(result.tokens_to_embed / 1e6 * price, 6)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        click.echo(json.dumps({**result.as_dict(), "price_per_mtok_usd": price, "cost_usd": cost}, indent=2))
         return
     click.echo(f"chunker {result.signature}: {result.pages} page(s) would be re-chunked (a plan: nothing was changed)")
     click.echo(f"  their chunks once re-cut: {result.chunks_total}, {result.chunks_to_embed} of them to embed")
     click.echo(f"  tokens: {result.tokens_to_embed} to embed, {result.tokens_reused} reused")
+    click.echo(f"  cost: ${cost:,.6f} at ${price} per million tokens (EMBEDDING_PRICE_PER_MTOK)")
     if result.pages:
         click.echo("  run it: turn on `rechunk_sensor` in the Dagster UI, or backfill the `rechunk` job")

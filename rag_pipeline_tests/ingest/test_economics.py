@@ -17,7 +17,7 @@ from rag_pipeline.ingest import backfill, indexing
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import get_settings
 from rag_pipeline.store import db, search, spaces
-from rag_pipeline_tests.harness import Pipeline, batch_pages, evaluate_sensor, load_defs
+from rag_pipeline_tests.harness import Pipeline, batch_pages, configure, evaluate_sensor, load_defs
 from rag_pipeline_tests.ingest.pagework import MAX, CountingEmbedder, doc, index, put
 
 def test_same_text_on_two_urls_is_embedded_once_and_both_are_cited(db_conn):
@@ -131,17 +131,23 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         monkeypatch.setattr(indexing, "chunk_markdown", new_chunker)
         monkeypatch.setattr(backfill, "chunk_markdown", new_chunker)
 
+        configure(monkeypatch, EMBEDDING_PRICE_PER_MTOK="0.13")
         result = CliRunner().invoke(cli, ["backfill", "plan", "--json"])
         assert result.exit_code == 0, result.output
         plan = json.loads(result.output)
         assert plan["pages"] == 3
         assert plan["chunks_to_embed"] == 3
         assert plan["chunks_total"] == chunks_before
+        # Priced at the reference price (issue 44, point 5): the tokens it would embed, in dollars.
+        price = 0.13
+        assert plan["price_per_mtok_usd"] == price
+        assert plan["cost_usd"] == round(plan["tokens_to_embed"] / 1e6 * price, 6) > 0
         assert seen == []  # the plan never calls the embedder
         shown = CliRunner().invoke(cli, ["backfill", "plan"])      # not on a terminal: a plain last line
         # It only planned: it says what a re-chunk would do, never that pages were re-chunked.
         assert shown.stderr.splitlines() == ["  3 of 3 pages planned (cut in memory, nothing written)"]
         assert "3 page(s) would be re-chunked (a plan: nothing was changed)" in shown.stdout
+        assert f"  cost: ${plan['cost_usd']:,.6f} at ${price} per million tokens" in shown.stdout
         assert "re-chunked" not in shown.stderr
 
         requests = evaluate_sensor(pipeline.defs, "rechunk_sensor", instance).run_requests
