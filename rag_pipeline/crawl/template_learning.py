@@ -112,19 +112,22 @@ def learn_young_sites(conn: psycopg.Connection, page_urls) -> list[Learning]:
         if name not in scopes or not store.try_learning_lock(conn, name):
             continue
         try:
-            stored = store.load(conn, name)
-            pages_then = stored.template.pages if stored and stored.template else None
-            pages_now = store.live_count(conn, name)
+            # Every batch looks: the header only (no blocks), and the pages counted only when a
+            # learning could be due.
+            pages_then, failed_at, now = store.header(conn, name) or (None, None, None)
             if pages_then is None:
-                due = pages_now >= YOUNG_FROM and (stored is None or stored.failed_at is None
-                                                   or stored.now - stored.failed_at >= RETRY_FAILED)
-                reason = f"a young site: {pages_now} pages, never learned"
+                if failed_at is not None and now - failed_at < RETRY_FAILED:
+                    continue
+                pages_now = store.live_count(conn, name)
+                due, reason = pages_now >= YOUNG_FROM, f"a young site: {pages_now} pages, never learned"
+            elif pages_then < SAMPLE:
+                pages_now = store.live_count(conn, name)
+                due, reason = pages_now >= 2 * pages_then, f"a young site: grown from {pages_then} to {pages_now} pages"
             else:
-                due = pages_then < SAMPLE and pages_now >= 2 * pages_then
-                reason = f"a young site: grown from {pages_then} to {pages_now} pages"
+                continue
             if due:
                 pins = parse_pins(store.declared_pins(conn, name))
-                done.append(_learn(conn, name, own_site(scopes[name]), pins, reason, stored))
+                done.append(_learn(conn, name, own_site(scopes[name]), pins, reason, store.load(conn, name)))
         finally:
             store.learning_unlock(conn, name)
     return done

@@ -41,14 +41,14 @@ def settle(writes: RoutingWrites, crawl: Crawl, templates: dict, site: str | Non
     template, learned_at = templates.get(site, (None, None))
     gate = content_gate.compare(page.source_text, crawl.text, crawl.page_url, template, learned_at,
                                 page.volatile_counts or {}, page.content_key, page.content_key_tag)
-    writes.content_key(crawl.pid, crawl.page_url, gate.old_key if gate.recomputed else None,
-                       gate.tag if gate.recomputed else None, gate.volatile_counts)
     if not gate.unchanged:
+        writes.content_key(crawl.pid, crawl.page_url, gate.old_key if gate.recomputed else None,
+                           gate.tag if gate.recomputed else None, gate.volatile_counts)
         return None
     # The newest text becomes the source (what is learned and re-chunked is the site as it is
-    # now); the chunks stay, and so does last_changed_at.
+    # now), with its key and volatile history; the chunks stay, and so does last_changed_at.
     writes.refresh_source(crawl.pid, crawl.page_url, crawl.text, crawl.digest, delivery.id,
-                          delivery.original_status, gate.new_key, gate.tag)
+                          delivery.original_status, gate.new_key, gate.tag, gate.volatile_counts)
     return unchanged(writes, crawl, gate.new_key)
 
 

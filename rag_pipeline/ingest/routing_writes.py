@@ -65,9 +65,9 @@ class RoutingWrites:
         self._touched.add(url)
 
     def refresh_source(self, pid: UUID, url: str, text: str, digest: str, delivery_id: int,
-                       original_status: int | None, key: str, tag: str) -> None:
+                       original_status: int | None, key: str, tag: str, volatile_counts: dict) -> None:
         """The content is what is indexed, the text moved: the newest text kept as the source."""
-        self._refreshed.append((pid, text, digest, delivery_id, original_status, key, tag))
+        self._refreshed.append((pid, text, digest, delivery_id, original_status, key, tag, volatile_counts))
         self._touched.add(url)
 
     def supersede_older(self, page_url: str, delivery_id: int) -> None:

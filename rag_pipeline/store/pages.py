@@ -181,19 +181,20 @@ def set_sources(conn: psycopg.Connection,
 def refresh_sources(conn: psycopg.Connection, rows: list[tuple]) -> None:
     """Crawls whose content equals what is indexed while their text moved (their template, a
     volatile line): the newest text becomes the stored source and is what the chunks reflect, with
-    its content key, in one statement. (page_id, text, hash, delivery_id, original_status, content
-    key, key tag) each. ``last_changed_at`` does not move: the content did not."""
+    its content key and volatile history, in one statement. (page_id, text, hash, delivery_id,
+    original_status, content key, key tag, volatile counts) each. ``last_changed_at`` does not
+    move: the content did not."""
     if not rows:
         return
-    ids, texts, hashes, delivery_ids, statuses, keys, tags = (list(c) for c in zip(*rows))
+    ids, texts, hashes, delivery_ids, statuses, keys, tags, counts = (list(c) for c in zip(*rows))
     conn.execute(
         "UPDATE pages p SET source_text = n.text, source_hash = n.hash, indexed_hash = n.hash,"
         " source_delivery_id = n.delivery_id, original_status = n.status, content_key = n.key,"
-        " content_key_tag = n.tag"
-        " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bigint[], %s::integer[], %s::text[], %s::text[])"
-        "   AS n (page_id, text, hash, delivery_id, status, key, tag)"
+        " content_key_tag = n.tag, volatile_counts = n.counts"
+        " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bigint[], %s::integer[], %s::text[], %s::text[],"
+        "   %s::jsonb[]) AS n (page_id, text, hash, delivery_id, status, key, tag, counts)"
         " WHERE p.page_id = n.page_id",
-        (ids, texts, hashes, delivery_ids, statuses, keys, tags),
+        (ids, texts, hashes, delivery_ids, statuses, keys, tags, [Jsonb(c) for c in counts]),
     )
 
 

@@ -118,6 +118,14 @@ def note_failure(conn: psycopg.Connection, site: str, error: str) -> None:
         (site, error))
 
 
+def header(conn: psycopg.Connection, site: str) -> tuple[int | None, datetime | None, datetime] | None:
+    """(pages learned from, or None if never learned; newest failure; now) without the blocks:
+    what a batch run reads to see whether a young site is due. None: no row."""
+    row = conn.execute("SELECT CASE WHEN learned_at IS NOT NULL THEN pages END, failed_at, now()"
+                       " FROM site_templates WHERE site = %s", (site,)).fetchone()
+    return (row[0], row[1], row[2]) if row else None
+
+
 def load(conn: psycopg.Connection, site: str) -> Learned | None:
     """The site's stored template, or None if it was never learned nor failed to be."""
     row = conn.execute(
