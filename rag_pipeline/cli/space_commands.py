@@ -118,11 +118,13 @@ def backfill() -> None:
 
 @backfill.command("plan")
 @click.option("--json", "as_json", is_flag=True)
-def backfill_plan(as_json: bool) -> None:
+@click.option("--sample", type=click.IntRange(min=1), default=None,
+              help="Re-cut this many outdated pages at random and scale the figures to all of them.")
+def backfill_plan(as_json: bool, sample: int | None) -> None:
     """Price a re-chunk of outdated pages from stored text, without calling the embedder."""
     from rag_pipeline.embedders.factory import indexing_chunk_budget
     from rag_pipeline.core.chunking import chunker_signature
-    from rag_pipeline.ingest.backfill import plan
+    from rag_pipeline.ingest.backfill import plan, priced
     from rag_pipeline.store import db, pages, spaces
 
     settings = get_settings()
@@ -130,18 +132,35 @@ def backfill_plan(as_json: bool) -> None:
         active = spaces.active(conn)
         max_tokens, overlap_tokens = indexing_chunk_budget(settings, active)
         todo = pages.count_chunked_otherwise(conn, chunker_signature(max_tokens, overlap_tokens))
+        todo = min(todo, sample) if sample else todo
         # A plan re-cuts in memory only: its progress says so, not "re-chunked".
         with progress("pages planned (cut in memory, nothing written)", todo, every=max(200, todo // 10),
                       show=not as_json) as advance:
-            result = plan(conn, active, max_tokens, overlap_tokens, on_progress=advance)
-    price = settings.resolved_embedding_price()
-    cost = round(result.tokens_to_embed / 1e6 * price, 6)
+            result = plan(conn, active, max_tokens, overlap_tokens, sample=sample, on_progress=advance)
+        figures = priced(conn, result, settings.resolved_embedding_price())
     if as_json:
-        click.echo(json.dumps({**result.as_dict(), "price_per_mtok_usd": price, "cost_usd": cost}, indent=2))
+        click.echo(json.dumps(figures, indent=2))
         return
-    click.echo(f"chunker {result.signature}: {result.pages} page(s) would be re-chunked (a plan: nothing was changed)")
-    click.echo(f"  their chunks once re-cut: {result.chunks_total}, {result.chunks_to_embed} of them to embed")
-    click.echo(f"  tokens: {result.tokens_to_embed} to embed, {result.tokens_reused} reused")
-    click.echo(f"  cost: ${cost:,.6f} at ${price} per million tokens (EMBEDDING_PRICE_PER_MTOK)")
+    for line in plan_lines(figures):
+        click.echo(line)
     if result.pages:
         click.echo("  run it: turn on `rechunk_sensor` in the Dagster UI, or backfill the `rechunk` job")
+
+
+def plan_lines(figures: dict) -> list[str]:
+    """A re-chunk's plan as the CLI prints it."""
+    scaled = (f" (figures scaled from a random sample of {figures['sampled_pages']:,})"
+              if figures["sampled"] else "")
+    estimate = ("no batch measured yet to estimate the time from" if figures["estimate_s"] is None else
+                f"~{figures['estimate_s'] / 60:,.1f} min at the newest batches' pace "
+                f"({figures['measured_pages_per_s']:,} pages/s, {figures['measured_tokens_per_s']:,} tokens/s)")
+    return [
+        f"chunker {figures['signature']}: {figures['pages']:,} page(s) would be re-chunked{scaled} "
+        "(a plan: nothing was changed)",
+        f"  their chunks once re-cut: {figures['chunks_total']:,}, {figures['chunks_to_embed']:,} of them to embed",
+        f"  vector rows written: {figures['rows_written']:,} of {figures['rows_live']:,} live now",
+        f"  tokens: {figures['tokens_to_embed']:,} to embed, {figures['tokens_reused']:,} reused",
+        f"  cost: ${figures['cost_usd']:,.6f} at ${figures['price_per_mtok_usd']} per million tokens "
+        "(EMBEDDING_PRICE_PER_MTOK)",
+        f"  time: {estimate}",
+    ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["IndexPolicy", "CHARS_PER_VECTOR", "backlog_rows", "chars_per_vector"]
+__all__ = ["IndexPolicy", "CHARS_PER_VECTOR", "backlog_rows", "chars_per_vector", "rechunk_backlog"]
 
 # A queued page's text becomes about one vector per this many characters (chunks of ~400 tokens
 # of ~4 characters, plus their overlap) before anything is indexed: the backlog is estimated from
@@ -49,3 +49,12 @@ def chars_per_vector(source_chars: int, chunks: int) -> int:
 
 def backlog_rows(queued_chars: int, per_vector: int = CHARS_PER_VECTOR) -> int:
     return queued_chars // per_vector
+
+
+def rechunk_backlog(planned_pages: int, rows_written: int, outdated_pages: int) -> int:
+    """The vector rows a re-chunk under way has left to write: its plan's rows, in the share of
+    its pages still cut otherwise. A re-chunk that rewrites few rows (an index keeps its text)
+    stays below the policy's threshold however many pages it re-cuts."""
+    if planned_pages <= 0 or outdated_pages <= 0:
+        return 0
+    return round(rows_written * min(outdated_pages, planned_pages) / planned_pages)

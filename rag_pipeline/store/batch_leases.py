@@ -24,8 +24,8 @@ def start(conn: psycopg.Connection, batch_key: str, run_id: str) -> bool:
     """The run's op has started on the batch; False when the batch was already ended (its pages
     were freed because its run looked lost: they may be another batch's now)."""
     row = conn.execute(
-        "UPDATE batches SET run_id = %s, heartbeat_at = now() WHERE batch_key = %s AND ended_at IS NULL"
-        " RETURNING 1", (run_id, batch_key)).fetchone()
+        "UPDATE batches SET run_id = %s, heartbeat_at = now(), started_at = now()"
+        " WHERE batch_key = %s AND ended_at IS NULL RETURNING 1", (run_id, batch_key)).fetchone()
     return row is not None
 
 
@@ -55,3 +55,16 @@ def open_batches(conn: psycopg.Connection) -> list[OpenBatch]:
         " FROM batches b WHERE b.ended_at IS NULL ORDER BY b.requested_at"
     ).fetchall()
     return [OpenBatch(r[0], r[1], float(r[2]), None if r[3] is None else float(r[3]), r[4]) for r in rows]
+
+
+def recent_applied(conn: psycopg.Connection, limit: int = 20) -> list[tuple[float, float, int, int]]:
+    """The newest batches applied in full: (started, ended as epoch seconds, pages switched,
+    tokens embedded), from the ledger rows of their runs: the measured rates of a plan's time."""
+    rows = conn.execute(
+        "SELECT extract(epoch FROM b.started_at), extract(epoch FROM b.ended_at), count(l.id),"
+        "       coalesce(sum(l.tokens_embedded), 0)"
+        " FROM (SELECT * FROM batches WHERE end_reason = 'applied' AND started_at IS NOT NULL"
+        "       ORDER BY ended_at DESC LIMIT %s) b"
+        " JOIN embedding_ledger l ON l.run_id = b.run_id GROUP BY b.batch_key, b.started_at, b.ended_at",
+        (limit,)).fetchall()
+    return [(float(s), float(e), int(n), int(t)) for s, e, n, t in rows]

@@ -77,6 +77,16 @@ def cached_hashes(conn: psycopg.Connection, space: Space, hashes: Sequence[bytes
     return {bytes(r[0]) for r in rows}
 
 
+def live_hashes(conn: psycopg.Connection, page_ids: Sequence[UUID]) -> dict[UUID, dict[int, bytes]]:
+    """Each page's live chunks: chunk index → the hash of the text its vector embeds. A re-cut
+    chunk whose index keeps its hash writes no row: what a re-chunk's plan counts."""
+    live: dict[UUID, dict[int, bytes]] = {}
+    for page_id, index, digest in conn.execute(
+            "SELECT page_id, chunk_index, embed_hash FROM chunks WHERE page_id = ANY(%s)", (list(page_ids),)):
+        live.setdefault(page_id, {})[index] = bytes(digest)
+    return live
+
+
 def cached_count(conn: psycopg.Connection, space: Space) -> int:
     return conn.execute("SELECT count(*) FROM vectors WHERE space_id = %s", (space.space_id,)).fetchone()[0]
 

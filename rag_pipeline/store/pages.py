@@ -224,20 +224,35 @@ def counts(conn: psycopg.Connection) -> dict[str, int]:
 
 
 # Live, up to date, and cut by another chunker than the given signature: what a re-chunk has to do.
-_CHUNKED_OTHERWISE = ("deleted_at IS NULL AND indexed_hash IS NOT NULL AND indexed_hash = source_hash"
-                      " AND chunker_version IS DISTINCT FROM %s")
+def chunked_otherwise(signature_sql: str = "%s", alias: str = "pages") -> str:
+    """The condition, on `pages` as `alias`, against a signature given as SQL (a placeholder)."""
+    return (f"{alias}.deleted_at IS NULL AND {alias}.indexed_hash IS NOT NULL"
+            f" AND {alias}.indexed_hash = {alias}.source_hash AND {alias}.chunker_version IS DISTINCT FROM {signature_sql}")
+
+
+_CHUNKED_OTHERWISE = chunked_otherwise()
 
 
 def count_chunked_otherwise(conn: psycopg.Connection, signature: str) -> int:
     return conn.execute(f"SELECT count(*) FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,)).fetchone()[0]
 
 
-def sources_chunked_otherwise(conn: psycopg.Connection, signature: str, *, itersize: int = 200):
-    """(url, source_text, site) of those pages, read through a server-side cursor (the corpus may
-    not fit in memory), in a read transaction held open while the caller iterates."""
+def count_chunked_otherwise_among(conn: psycopg.Connection, urls: list[str], signature: str) -> int:
+    return conn.execute(f"SELECT count(*) FROM pages WHERE url = ANY(%s) AND {chunked_otherwise()}",
+                        (urls, signature)).fetchone()[0]
+
+
+def sources_chunked_otherwise(conn: psycopg.Connection, signature: str, *, itersize: int = 200,
+                              sample: int | None = None):
+    """(url, page_id, source_text, site) of those pages, read through a server-side cursor (the
+    corpus may not fit in memory), in a read transaction held open while the caller iterates.
+    `sample`: that many of them at random (the texts of the others are never read)."""
+    which = (f"SELECT url FROM pages WHERE {_CHUNKED_OTHERWISE}" if sample is None else
+             f"SELECT url FROM pages WHERE {_CHUNKED_OTHERWISE} ORDER BY random() LIMIT %s")
     with conn.transaction(), conn.cursor(name="chunked_otherwise") as cur:
         cur.itersize = itersize
-        cur.execute(f"SELECT url, source_text, site FROM pages WHERE {_CHUNKED_OTHERWISE}", (signature,))
+        cur.execute(f"SELECT url, page_id, source_text, site FROM pages WHERE url IN ({which})",
+                    (signature,) if sample is None else (signature, sample))
         yield from cur
 
 
@@ -252,6 +267,20 @@ def lease(conn: psycopg.Connection, page_urls: list[str], batch_key: str, second
         (batch_key, seconds, page_urls),
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def holders(conn: psycopg.Connection, page_urls: list[str]) -> dict[str, str]:
+    """The batch that holds each of these pages now (a page no lease holds is absent)."""
+    return dict(conn.execute("SELECT url, batch_key FROM pages WHERE url = ANY(%s) AND leased_until > now()",
+                             (page_urls,)).fetchall())
+
+
+def cut_with(conn: psycopg.Connection, page_urls: list[str], signature: str) -> set[str]:
+    """Which of these pages are indexed from their source as it is, cut with `signature`: a
+    re-chunk to it has nothing to do for them."""
+    rows = conn.execute("SELECT url FROM pages WHERE url = ANY(%s) AND indexed_hash = source_hash"
+                        " AND chunker_version = %s", (page_urls, signature)).fetchall()
+    return {r[0] for r in rows}
 
 
 def leased_to(conn: psycopg.Connection, page_urls: list[str], batch_key: str) -> set[str]:
@@ -285,8 +314,7 @@ def outdated_work(conn: psycopg.Connection, signature: str, limit: int,
     this code location's pages."""
     held, params = held_clause(holds)
     rows = conn.execute(
-        "SELECT url, length(source_text) FROM pages p WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL"
-        " AND indexed_hash = source_hash AND chunker_version IS DISTINCT FROM %(signature)s"
+        f"SELECT url, length(source_text) FROM pages p WHERE {chunked_otherwise('%(signature)s', 'p')}"
         f" AND (leased_until IS NULL OR leased_until <= now()) AND {held}"
         " ORDER BY last_changed_at NULLS FIRST, url LIMIT %(limit)s",
         {**params, "signature": signature, "limit": limit},

@@ -138,6 +138,11 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert plan["pages"] == 3
         assert plan["chunks_to_embed"] == 3
         assert plan["chunks_total"] == chunks_before
+        # The rows it writes (issue 44, point 5): one chunk text a page is new, the rest keep theirs.
+        assert (plan["rows_written"], plan["rows_live"], plan["sampled"]) == (3, chunks_before, False)
+        sampled = json.loads(CliRunner().invoke(cli, ["backfill", "plan", "--sample", "2", "--json"]).output)
+        assert (sampled["pages"], sampled["sampled_pages"], sampled["sampled"]) == (3, 2, True)
+        assert sampled["rows_written"] == 3            # 1 a page, scaled from the 2 re-cut to the 3
         # Priced at the reference price (issue 44, point 5): the tokens it would embed, in dollars.
         price = 0.13
         assert plan["price_per_mtok_usd"] == price
@@ -148,6 +153,10 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         assert shown.stderr.splitlines() == ["  3 of 3 pages planned (cut in memory, nothing written)"]
         assert "3 page(s) would be re-chunked (a plan: nothing was changed)" in shown.stdout
         assert f"  cost: ${plan['cost_usd']:,.6f} at ${price} per million tokens" in shown.stdout
+        assert f"  vector rows written: 3 of {chunks_before} live now" in shown.stdout
+        # Its time: 3 pages applied say nothing of a pace (test_rechunk_scale.py measures one).
+        assert plan["estimate_s"] is None and plan["measured_pages_per_s"] is None
+        assert "  time: no batch measured yet to estimate the time from" in shown.stdout
         assert "re-chunked" not in shown.stderr
 
         requests = evaluate_sensor(pipeline.defs, "rechunk_sensor", instance).run_requests

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from rag_pipeline.core.chunking import CHUNKER_VERSION
-from rag_pipeline.defs.index import set_checks
+from rag_pipeline.core.chunking import CHUNKER_VERSION, chunker_signature
+from rag_pipeline.defs.index import range_runs, set_checks
 from rag_pipeline.defs.index.events import EventWriter
 from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, source_metadata, switch_metadata
 from rag_pipeline.defs.index.partitions import pages_partitions
@@ -23,6 +23,7 @@ from rag_pipeline.ingest import batch_apply
 from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy
 from rag_pipeline.ingest.failures import classify
 from rag_pipeline.settings import SettingsError, load_settings
+from rag_pipeline.store import spaces
 
 # The pool of every op that calls the embedding model (deploy/dagster.yaml sets its limit).
 EMBEDDING_POOL = "embedding_api"
@@ -78,10 +79,13 @@ def _collect(events, describe) -> tuple[dict[str, dict], list[Failed]]:
     return done, failed
 
 
-def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: list[Failed]) -> dg.MaterializeResult:
+def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: list[Failed],
+            skipped: dict[str, str] | None = None) -> dg.MaterializeResult:
     """Each page of the step on its own partition, with its own metadata. When some failed, the
     step fails (its other pages are done and recorded as materialized, the failed ones observed
-    with `status: failed`), so a partition never shows a materialization of work that failed."""
+    with `status: failed`), so a partition never shows a materialization of work that failed. A
+    page the step left to another batch says so (`skipped`: range_runs.py)."""
+    done = {**{url: range_runs.skipped_metadata(why) for url, why in (skipped or {}).items()}, **done}
     if not failed:
         for url, metadata in done.items():
             context.add_asset_metadata(metadata, partition_key=url)
@@ -160,14 +164,23 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
         settings: SettingsResource,
     ) -> dg.MaterializeResult:
+        current = settings.get()
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
             # Sized to the model the pages will be embedded with: the active space's.
-            done, failed = _collect(
-                batch_apply.stage_pages(conn, context.partition_keys, embedder.chunk_budget,
-                                  RetryPolicy.from_settings(settings.get())),
-                lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
-            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set], ["chunks"])
-        return _result(context, done, failed)
+            budget = embedder.chunk_budget(spaces.active(conn))
+            lease = range_runs.take(conn, context.partition_keys, context.run.run_id, current.batch_lease_s,
+                                    signature=chunker_signature(*budget))
+            range_runs.note_rechunk(context.op_execution_context, conn, current, *budget, lease.held)
+            try:
+                done, failed = _collect(
+                    batch_apply.stage_pages(conn, lease.held, embedder.chunk_budget, RetryPolicy.from_settings(current)),
+                    lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
+            except BaseException:
+                range_runs.release(conn, lease, lease.held)
+                raise
+            range_runs.release(conn, lease, [f.page_url for f in failed])
+            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set], ["chunks"])
+        return _result(context, done, failed, lease.skipped)
 
     @dg.asset(
         key_prefix=prefix,
@@ -189,13 +202,19 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
         # Embedded with the active space's model, whatever is configured (the configured model makes
         # only the first space; `space build` / `space activate` switch models).
         seen: dict = {}
+        current = settings.get()
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-            done, failed = _collect(
-                batch_apply.switch_pages(conn, context.partition_keys, embedder.for_space, context.run_id,
-                                   RetryPolicy.from_settings(settings.get())),
-                lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
-            set_checks.log_evaluations(context.op_execution_context, conn, settings.get(), [page_set], ["embeddings"])
-        return _result(context, done, failed)
+            # The pages its `chunks` step leased (or, run alone, those no batch holds).
+            lease = range_runs.take(conn, context.partition_keys, context.run.run_id, current.batch_lease_s)
+            try:
+                done, failed = _collect(
+                    batch_apply.switch_pages(conn, lease.held, embedder.for_space, context.run.run_id,
+                                             RetryPolicy.from_settings(current)),
+                    lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
+            finally:
+                range_runs.release(conn, lease, lease.held)
+            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set], ["embeddings"])
+        return _result(context, done, failed, lease.skipped)
 
     return [pages, chunks, embeddings]
 

@@ -63,12 +63,15 @@ class BatchConfig(dg.Config):
 
 
 def request_batches(conn, work: list[WorkItem], settings, *, rechunk: bool = False,
-                    tags: Optional[dict] = None) -> list[dg.RunRequest]:
-    """Lease `work` to batches within BATCH_MAX_PAGES / BATCH_MAX_TOKENS and request an
-    `index_batch` run for each. A run_key per lease: a batch whose run was lost is requested again,
-    under a new key, once the reconciler (or its lease running out) frees its pages."""
+                    tags: Optional[dict] = None, spread: Optional[int] = None,
+                    max_batches: Optional[int] = None) -> list[dg.RunRequest]:
+    """Lease `work` to batches within BATCH_MAX_PAGES / BATCH_MAX_TOKENS (spread over at least
+    `spread` batches, BATCH_SPREAD by default; at most `max_batches`, the rest left unleased) and
+    request an `index_batch` run for each. A run_key per lease: a batch whose run was lost is
+    requested again, under a new key, once the reconciler (or its lease running out) frees its pages."""
     requests = []
-    for batch in plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, settings.batch_spread):
+    batches = plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, spread or settings.batch_spread)
+    for batch in batches[:max_batches]:
         key = uuid.uuid4().hex[:16]
         with conn.transaction():
             leased = set(pages_store.lease(conn, [i.page_url for i in batch], key, settings.batch_lease_s))

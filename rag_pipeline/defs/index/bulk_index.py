@@ -8,15 +8,18 @@ import time
 import dagster as dg
 import psycopg
 
-from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows, chars_per_vector
+from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows, chars_per_vector, rechunk_backlog
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
-from rag_pipeline.store import deliveries, spaces, text_search
+from rag_pipeline.store import deliveries, rechunks, spaces, text_search
 
 SPACE_INDEX_JOB = "space_index"
 REBUILD_BACKOFF_S = 300.0
 # How long the tick's DROP INDEX CONCURRENTLY waits for transactions open on the table (a long
 # search, a backfill's write) before it leaves the drop to the next tick: the tick has 60 s in all.
 DROP_LOCK_TIMEOUT = "5s"
+# A re-chunk counts in the backlog while rechunk_sensor ticks for it, or a run of it started,
+# within this long: one turned off half-way stops keeping the indexes away after it.
+RECHUNK_SEEN_S = 300.0
 # A build in one of these states is the build still to come: no second one is requested.
 _PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
             dg.DagsterRunStatus.STARTED]
@@ -67,14 +70,23 @@ def space_index():
     build_space_index()
 
 
-def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRequest | None, str | None]:
+def index_upkeep(instance: dg.DagsterInstance, conn, settings, *,
+                 rebuild: bool = True) -> tuple[dg.RunRequest | None, str | None]:
     """One look at the indexes and the backlog: drop them for a bulk load, or ask for their
-    rebuild once the backlog has drained. Returns the run to request and what was done."""
+    rebuild once the backlog has drained (not with `rebuild` False: rechunk_sensor and a re-chunk
+    run only make way; delivery_sensor alone asks for builds). Returns the run to request and
+    what was done.
+
+    The backlog is the queued deliveries' vectors and the rows each re-chunk under way has left
+    to write: a re-chunk that rewrites most rows is a bulk load, one that rewrites few is not."""
     space = spaces.active(conn)
     if space is None:
         return None, None
     policy = IndexPolicy(settings.hnsw_defer_ratio, settings.hnsw_defer_floor)
-    backlog = backlog_rows(deliveries.queued_chars(conn), chars_per_vector(*spaces.source_per_chunk_sample(conn)))
+    queued = backlog_rows(deliveries.queued_chars(conn), chars_per_vector(*spaces.source_per_chunk_sample(conn)))
+    rechunking = {r.signature: rechunk_backlog(r.planned_pages, r.rows_written, r.outdated_pages)
+                  for r in rechunks.under_way(conn, RECHUNK_SEEN_S)}
+    backlog = queued + sum(rechunking.values())
     droppers = {"HNSW": (spaces.index_state(conn, space), lambda: spaces.drop_index(conn, space, DROP_LOCK_TIMEOUT)),
                 "GIN": (text_search.index_state(conn), lambda: text_search.drop_index(conn, DROP_LOCK_TIMEOUT))}
     standing = [name for name, (state, _) in droppers.items() if state != "missing"]
@@ -96,6 +108,9 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
         if not dropped and not waited:
             return None, None
         said = f"bulk load: ~{backlog:,} vectors to write against ~{indexed:,} indexed"
+        if any(rechunking.values()):
+            said += " (" + ", ".join([f"~{queued:,} queued"] * bool(queued) + [
+                f"~{rows:,} of the re-chunk to {signature}" for signature, rows in rechunking.items() if rows]) + ")"
         if dropped:
             said += (f"; the {' and '.join(dropped)} index{'es are' if len(dropped) > 1 else ' is'} dropped until "
                      "the backlog is written (search is exact meanwhile)")
@@ -103,7 +118,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings) -> tuple[dg.RunRe
             said += (f"; dropping the {' and '.join(waited)} index waited over {DROP_LOCK_TIMEOUT} for transactions "
                      "open on its table: tried again next tick")
         return None, said
-    if all(state == "valid" for state, _ in droppers.values()) or not policy.rebuild(backlog):
+    if not rebuild or all(state == "valid" for state, _ in droppers.values()) or not policy.rebuild(backlog):
         return None, None
     if _pending(instance):
         return None, None

@@ -5,7 +5,6 @@ import time
 import dagster as dg
 
 from rag_pipeline.components.site_component import declared_sites
-from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.core.location_holds import Holds
 from rag_pipeline.defs.index.batch_runs import ensure_pool_limit, index_batch, pages_of, request_batches
 from rag_pipeline.defs.index.bulk_index import index_upkeep, space_index
@@ -14,11 +13,11 @@ from rag_pipeline.defs.index.index_asset import index_snapshot_sensor_every
 from rag_pipeline.defs.index.metadata import crawl_events
 from rag_pipeline.defs.index.reconciler import BATCH_TAG, free_batch, reconcile
 from rag_pipeline.core.site_spec import partition_set
-from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
+from rag_pipeline.defs.resources import PostgresResource, SettingsResource
 from rag_pipeline.ingest.routing import route_batch
 from rag_pipeline.settings import at_load, location_settings
 from rag_pipeline.ingest.rules import boilerplate_rules
-from rag_pipeline.store import deliveries, pages, spaces
+from rag_pipeline.store import deliveries, pages
 
 
 # A tick's evaluation must end within the daemon's 60 s (DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS), or
@@ -146,36 +145,7 @@ def delivery_failure_sensor(context: dg.RunFailureSensorContext, postgres: Postg
         context.log.warning(f"batch {key}: {len(freed)} unfinished page(s) freed for a retry")
 
 
-@dg.sensor(
-    job=index_batch,
-    minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description=(
-        "Re-chunks, in batch runs (BATCH_MAX_PAGES, BATCH_MAX_TOKENS), the pages whose chunker "
-        "version or budget is outdated. Off by default: price it first with "
-        "`rag-pipeline backfill plan`, then turn it on."
-    ),
-)
-def rechunk_sensor(
-    context: dg.SensorEvaluationContext, postgres: PostgresResource, embedder: EmbedderResource,
-    settings: SettingsResource,
-) -> dg.SensorResult:
-    current = settings.get()
-    with postgres.connect() as conn:
-        # The budget of the model pages are embedded with (the active space's): a key set for
-        # answers must not make a local index due for a re-cut.
-        max_tokens, overlap_tokens = embedder.chunk_budget(spaces.active(conn))
-        signature = chunker_signature(max_tokens, overlap_tokens)
-        work = pages.outdated_work(conn, signature, current.sensor_batch_size, location_holds(current))
-        requests = request_batches(conn, work, current, rechunk=True, tags={"rag/chunker": signature})
-    if not requests:
-        return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
-    context.log.info("re-chunking %d page(s) with %s in %d batch run(s)",
-                     sum(len(pages_of(r)) for r in requests), signature, len(requests))
-    return dg.SensorResult(run_requests=requests)
-
-
 @dg.definitions
 def defs() -> dg.Definitions:
     return dg.Definitions(sensors=[delivery_sensor_every(at_load("delivery_interval_s")), delivery_failure_sensor,
-                                   rechunk_sensor, index_snapshot_sensor_every(at_load("index_snapshot_every_s"))])
+                                   index_snapshot_sensor_every(at_load("index_snapshot_every_s"))])

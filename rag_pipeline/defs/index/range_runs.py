@@ -1,0 +1,76 @@
+"""A run over a range of partitions (a UI backfill in ranges, a launched range, one page by hand)
+leases its pages as a batch does, so that it never applies a page beside rechunk_sensor's or a
+delivery's batch: a page another batch holds is left to it, a page already cut with the current
+chunker is left as it is, and the UI says which on the page's partition. The lease is the run's
+(key `run-<run id>`); it ends when the run's `embeddings` step has switched the page, and if the
+run dies it runs out (BATCH_LEASE_S) for the sensors to take the page again.
+
+When the range holds pages a chunker change made due (a re-chunk, from the `rechunk` job or the
+assets), the run also records the re-chunk's plan once, marks it under way, and lets the search
+indexes make way if it is a bulk load, as rechunk_sensor does.
+"""
+
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from rag_pipeline.core.chunking import chunker_signature
+from rag_pipeline.defs.index.bulk_index import index_upkeep
+from rag_pipeline.defs.index.rechunk_plan import record_plan
+from rag_pipeline.store import pages, rechunks, spaces
+
+
+@dataclass
+class RangeLease:
+    key: str
+    held: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)   # page URL → why this run left it
+
+
+def lease_key(run_id: str) -> str:
+    return f"run-{run_id}"
+
+
+def take(conn, urls: list[str], run_id: str, lease_s: float, *, signature: str | None = None) -> RangeLease:
+    """The range's pages this run may apply, in the range's order: those it holds already (its
+    earlier step) and those no batch holds, leased now. With `signature` (the chunks step), a page
+    already indexed from its source as cut with it is left out."""
+    key = lease_key(run_id)
+    done = pages.cut_with(conn, urls, signature) if signature else set()
+    wanted = [u for u in urls if u not in done]
+    with conn.transaction():
+        mine = pages.leased_to(conn, wanted, key)
+        got = mine | set(pages.lease(conn, [u for u in wanted if u not in mine], key, lease_s))
+    others = pages.holders(conn, [u for u in wanted if u not in got])
+    skipped = {u: f"already cut with {signature}: nothing to re-chunk" for u in urls if u in done}
+    skipped.update({u: f"left to batch {others.get(u, 'unknown')}, which holds it (rechunk_sensor or a delivery "
+                       "batch): applied there, not twice" for u in wanted if u not in got})
+    return RangeLease(key, [u for u in wanted if u in got], skipped)
+
+
+def release(conn, lease: RangeLease, urls: list[str]) -> None:
+    if urls:
+        with conn.transaction():
+            pages.release_many(conn, urls, lease.key)
+
+
+def note_rechunk(context: dg.OpExecutionContext, conn, settings, max_tokens: int, overlap_tokens: int,
+                 urls: list[str]) -> None:
+    """A range that re-chunks pages: the plan recorded once, the re-chunk marked under way, and the
+    indexes dropped for it when it is a bulk load (the build is delivery_sensor's, at its end)."""
+    signature = chunker_signature(max_tokens, overlap_tokens)
+    if not urls or not pages.count_chunked_otherwise_among(conn, urls, signature):
+        return
+    observed = record_plan(conn, spaces.active(conn), max_tokens, overlap_tokens, settings.resolved_embedding_price())
+    if observed is not None:
+        context.log_event(observed)
+    with conn.transaction():
+        rechunks.seen(conn, signature)
+    if settings.holds().holds_main():
+        _, said = index_upkeep(context.instance, conn, settings, rebuild=False)
+        if said:
+            context.log.info(said)
+
+
+def skipped_metadata(reason: str) -> dict:
+    return {"skipped": reason}

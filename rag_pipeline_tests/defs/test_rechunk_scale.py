@@ -1,0 +1,157 @@
+"""Re-chunks at site scale (issue 44): a re-chunk that rewrites most vector rows is a bulk load (the
+search indexes make way before its first batch and are built again at its end), one that rewrites
+few keeps them; rechunk_sensor keeps a set number of runs fed instead of leasing a tick's worth;
+a range run (a UI backfill) never applies a page a sensor's batch holds, and says so."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.core import chunking
+from rag_pipeline.defs.index.rechunk_sensor import RUNS_AHEAD
+from rag_pipeline.ingest import backfill, indexing
+from rag_pipeline.store import spaces, text_search
+from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
+from rag_pipeline_tests.harness import batch_pages, configure, deliver, evaluate_sensor, openai_stack
+
+PAGES = 30
+BUDGET = dict(CHUNK_MAX_TOKENS="64", CHUNK_OVERLAP_TOKENS="8")
+
+
+def page(n: int) -> str:
+    paragraphs = "\n\n".join(" ".join(f"Kestrel quay {n} line {p}.{i} on moorings and cranes." for i in range(6))
+                             for p in range(6))
+    return f"# Quay {n}\n\n{paragraphs}\n"
+
+
+def url(n: int) -> str:
+    return f"https://docs.example.com/q{n:02d}"
+
+
+@pytest.fixture
+def loaded(database_url, monkeypatch, conn):
+    """A site of PAGES pages, indexed and with both search indexes valid."""
+    with FakeOpenAI(dimensions=256) as fake, openai_stack(database_url, monkeypatch, fake) as (base, pipeline):
+        configure(monkeypatch, HNSW_DEFER_FLOOR="20", HNSW_DEFER_RATIO="0.5", SENSOR_BATCH_SIZE="100", **BUDGET)
+        for n in range(PAGES):
+            deliver(base, url(n), page(n))
+        pipeline.tick()
+        pipeline.tick()                      # the load's indexes built again, if it dropped them
+        assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash = source_hash").fetchone()[0] == PAGES
+        assert scans(conn) == ("hnsw", "gin")
+        yield pipeline
+
+
+def scans(conn) -> tuple[str, str]:
+    return spaces.search_scan(conn), text_search.lexical_scan(conn)
+
+
+def rechunk(pipeline) -> dg.SensorResult:
+    return evaluate_sensor(pipeline.defs, "rechunk_sensor", pipeline.instance)
+
+
+def run_all(pipeline, requests) -> None:
+    for request in requests:
+        outcome = pipeline.job.execute_in_process(run_config=request.run_config, instance=pipeline.instance,
+                                                  tags=request.tags)
+        assert outcome.success
+
+
+def ledger_since(conn, mark: int) -> dict[str, int]:
+    return dict(conn.execute("SELECT page_url, count(*) FROM embedding_ledger WHERE id > %s GROUP BY page_url",
+                             (mark,)).fetchall())
+
+
+def test_a_rechunk_that_rewrites_most_rows_is_a_bulk_load_planned_on_its_first_tick(loaded, conn, monkeypatch):
+    pipeline = loaded
+    mark = conn.execute("SELECT max(id) FROM embedding_ledger").fetchone()[0]
+    configure(monkeypatch, CHUNK_MAX_TOKENS="40", CHUNK_OVERLAP_TOKENS="0")     # every boundary moves
+    signature = chunking.chunker_signature(40, 0)
+
+    first = rechunk(pipeline)
+    (observed,) = first.asset_events                # the plan, on the `index` asset
+    plan = {k: v.value for k, v in observed.metadata.items()}
+    assert observed.asset_key == dg.AssetKey("index") and plan["rechunk_to"] == signature
+    assert plan["plan_pages"] == PAGES and plan["plan_rows_written"] > 0.8 * plan["plan_rows_live"] > 0
+    assert plan["plan_estimate_s"] > 0          # at the pace the load's batch run measured
+    # The indexes made way before the first batch wrote a row.
+    assert scans(conn) == ("exact (HNSW index dropped for a bulk load)", "exact (GIN index dropped for a bulk load)")
+    requests = first.run_requests
+    while requests:
+        run_all(pipeline, requests)
+        later = rechunk(pipeline)
+        assert not later.asset_events               # planned once
+        requests = later.run_requests
+    assert "every page is cut with" in later.skip_reason.skip_message
+    assert {r[0] for r in conn.execute("SELECT DISTINCT chunker_version FROM chunks")} == {signature}
+    embedded = conn.execute("SELECT sum(tokens_embedded) FROM embedding_ledger WHERE id > %s", (mark,)).fetchone()[0]
+    assert embedded == plan["plan_tokens_to_embed"]     # every page planned (no sample at this size)
+    assert set(ledger_since(conn, mark).values()) == {1}   # each page switched once
+    built = pipeline.tick()                         # delivery_sensor: drained, build them again
+    assert [r.job_name for r in built.runs] == ["space_index"]
+    assert scans(conn) == ("hnsw", "gin")
+
+
+def test_a_rechunk_that_rewrites_few_rows_keeps_the_indexes(loaded, conn, monkeypatch):
+    pipeline = loaded
+    real = chunking.chunk_markdown
+
+    def first_chunk_reworded(text, max_tokens=512, overlap_tokens=64):
+        pieces = real(text, max_tokens, overlap_tokens)
+        return [dataclasses.replace(pieces[0], embed_text=pieces[0].embed_text + " (v2)"), *pieces[1:]]
+
+    monkeypatch.setattr(chunking, "CHUNKER_VERSION", "test-v2")
+    for module in (indexing, backfill):
+        monkeypatch.setattr(module, "chunk_markdown", first_chunk_reworded)
+    first = rechunk(pipeline)
+    plan = {k: v.value for k, v in first.asset_events[0].metadata.items()}
+    assert plan["plan_rows_written"] == PAGES < 0.2 * plan["plan_rows_live"]
+    assert scans(conn) == ("hnsw", "gin")
+    run_all(pipeline, first.run_requests)
+    assert scans(conn) == ("hnsw", "gin")           # written through them: a few rows
+    assert not rechunk(pipeline).run_requests
+    assert [r.job_name for r in pipeline.tick().runs] == []
+
+
+def test_the_sensor_keeps_its_runs_fed_not_a_tick_s_worth_leased(loaded, conn, monkeypatch):
+    pipeline = loaded
+    configure(monkeypatch, CHUNK_MAX_TOKENS="40", CHUNK_OVERLAP_TOKENS="0", BATCH_MAX_PAGES="4", BATCH_SPREAD="1")
+    first = rechunk(pipeline)
+    assert [len(batch_pages(r)) for r in first.run_requests] == [4] * RUNS_AHEAD
+    queued = [pipeline.instance.create_run_for_job(pipeline.job, run_config=r.run_config, tags=r.tags)
+              for r in first.run_requests]
+    waiting = rechunk(pipeline)
+    assert not waiting.run_requests and f"{RUNS_AHEAD} re-chunk run(s) queued or running" in waiting.skip_reason.skip_message
+    run_all(pipeline, first.run_requests[:1])       # one ends: one more is leased
+    pipeline.instance.delete_run(queued[0].run_id)
+    refill = rechunk(pipeline)
+    assert [len(batch_pages(r)) for r in refill.run_requests] == [4]
+    assert not set(batch_pages(refill.run_requests[0])) & {u for r in first.run_requests for u in batch_pages(r)}
+
+
+def test_a_range_run_leaves_the_pages_a_sensor_batch_holds_and_says_so(loaded, conn, monkeypatch):
+    pipeline = loaded
+    mark = conn.execute("SELECT max(id) FROM embedding_ledger").fetchone()[0]
+    configure(monkeypatch, CHUNK_MAX_TOKENS="40", CHUNK_OVERLAP_TOKENS="0", BATCH_MAX_PAGES="5", BATCH_SPREAD="1")
+    held = rechunk(pipeline).run_requests           # leased, not run yet
+    by_sensor = {u for r in held for u in batch_pages(r)}
+    assert len(by_sensor) == 5 * RUNS_AHEAD
+    keys = pipeline.partitions()
+    ranged = pipeline.defs.resolve_job_def("rechunk").execute_in_process(raise_on_error=False,
+        instance=pipeline.instance, tags={"dagster/asset_partition_range_start": keys[0],
+                                          "dagster/asset_partition_range_end": keys[-1]})
+    assert ranged.success
+    for key in keys:
+        (record,) = pipeline.instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("embeddings"), asset_partitions=[key]), limit=1).records
+        meta = record.asset_materialization.metadata
+        if key in by_sensor:
+            assert "applied there, not twice" in meta["skipped"].value
+        else:
+            assert meta["status"].value == "switched"
+    run_all(pipeline, held)                          # the sensor's batches apply theirs
+    assert ledger_since(conn, mark) == {url(n): 1 for n in range(PAGES)}   # every page once
+    assert not rechunk(pipeline).run_requests
