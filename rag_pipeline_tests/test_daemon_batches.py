@@ -142,3 +142,8 @@ def test_a_ui_backfill_of_the_rechunk_job_runs_a_range_of_pages_a_run_a_poisoned
         assert chunk_records[0].asset_materialization.metadata["chunker_version"].value == signature
     # No crawl and no delivery was touched: a re-cut works from the stored text.
     assert conn.execute("SELECT count(DISTINCT outcome) FROM deliveries").fetchone()[0] == 1
+    # The backfill's first run planned the re-chunk, on the `index` asset, as rechunk_sensor would.
+    (planned,) = daemon.instance.fetch_observations(dg.AssetKey("index"), limit=5).records
+    plan = planned.asset_observation.metadata
+    assert planned.run_id == run.run_id and plan["rechunk_to"].value == signature
+    assert plan["plan_pages"].value == pages and plan["plan_rows_written"].value > 0
