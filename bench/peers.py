@@ -38,9 +38,15 @@ the interpreter's imports. Our seconds run from the first delivery stored to the
 (and the index built). The recrawl gives every page again (changed or not), and each system's own
 change tracking decides what to embed.
 
-    .venv/bin/python bench/peers.py [--pages 2000] [--changed-fraction 0.1] [--seed 7]
+    .venv/bin/python bench/peers.py [--pages 2000 | --docs salt] [--changed-fraction 0.1] [--seed 7]
         [--only ours,langchain,llamaindex,cocoindex] [--venv ~/.cache/rag-pipeline-bench/peers-venv]
         [--timeout 3600] [--keep] [--repeat 1]
+
+With --docs NAME the corpus is a real documentation site instead of generated pages:
+bench/labelled/NAME_docs.py's pages (`salt`: Salt 3008.5's docs from its source release, 562
+pages; `django`: Django 5.2.19's, 255), one .md file a page, each file named for its URL; the
+recrawl edits one paragraph of `--changed-fraction` of them as it does the generated ones
+(`edit_paragraphs`: a block that opens with a letter, rewritten). --pages is then ignored.
 
 With --repeat N each system and configuration is tried N times, round-robin (every system once,
 then again), and the table shows the try of median load time; the tries' seconds are listed above
@@ -79,7 +85,14 @@ from psycopg import sql  # noqa: E402
 
 from bench.corpus import render  # noqa: E402
 from bench.database import bench_database  # noqa: E402
-from bench.pipeline_throughput import DIMENSIONS, base_env, edit_paragraphs, make_corpus, percentile  # noqa: E402
+from bench.pipeline_throughput import (  # noqa: E402
+    DIMENSIONS,
+    Page,
+    base_env,
+    edit_paragraphs,
+    make_corpus,
+    percentile,
+)
 from rag_pipeline.store import db, schema  # noqa: E402
 
 RUNNER = Path(__file__).resolve().parent / "peers_runner.py"
@@ -168,11 +181,34 @@ def peer_versions(python: Path) -> dict[str, str]:
 
 
 def file_name(url: str) -> str:
+    if not url.startswith(URL_PREFIX):   # a real site's page (--docs): its path, flattened
+        return url.split("://", 1)[1].split("/", 1)[1].replace("/", "__") + ".md"
     return url.removeprefix(URL_PREFIX) + ".md"
 
 
-def page_url(name: str) -> str:
+def page_url(name: str, urls: dict[str, str] | None = None) -> str:
+    """The URL a corpus file stands for: a real site's from the map its corpus was written with."""
+    if urls is not None:
+        return urls[name]
     return URL_PREFIX + name.removesuffix(".md")
+
+
+def docs_pages(name: str) -> list[Page]:
+    """A real documentation site's pages (bench/labelled/<name>_docs.py: `corpus(fetch())`, URL →
+    markdown) as blocks, like make_corpus's: a page's text is render(blocks) of its own text."""
+    import importlib
+
+    from rag_pipeline.core.tokens import count_tokens
+    from rag_pipeline.core.urls import normalize_url
+    try:
+        module = importlib.import_module(f"bench.labelled.{name}_docs")
+    except ModuleNotFoundError:
+        raise SystemExit(f"--docs {name}: no bench/labelled/{name}_docs.py") from None
+    pages = []
+    for url, text in module.corpus(module.fetch()).items():
+        blocks = text.removesuffix("\n").split("\n\n")
+        pages.append(Page(url, normalize_url(url), blocks, count_tokens(render(blocks))))
+    return pages
 
 
 def write_files(corpus: Path, texts: dict[str, str]) -> None:
@@ -221,9 +257,9 @@ def run_phase(cmd: list[str], env: dict[str, str], fake, timeout: float) -> Phas
                  requests=fake.requests - before[1], detail=result)
 
 
-def ours_command(phase: str, corpus: Path, hnsw: bool) -> list[str]:
+def ours_command(phase: str, corpus: Path, hnsw: bool, urls: Path | None) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--ours-phase", phase, "--corpus", str(corpus),
-            *(["--hnsw"] if hnsw else [])]
+            *(["--hnsw"] if hnsw else []), *(["--urls", str(urls)] if urls else [])]
 
 
 def peer_command(python: Path, system: str, phase: str, corpus: Path, url: str, fake_url: str, hnsw: bool,
@@ -263,7 +299,8 @@ def ours_phase_main(args: argparse.Namespace) -> int:
     one JSON line like peers_runner's."""
     import traceback
     try:
-        result = ours_phase(args.ours_phase, args.corpus, args.hnsw)
+        urls = json.loads(args.urls.read_text()) if args.urls else None
+        result = ours_phase(args.ours_phase, args.corpus, args.hnsw, urls)
     except BaseException as exc:  # noqa: BLE001 - reported to the bench
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}), flush=True)
         return 1
@@ -271,7 +308,7 @@ def ours_phase_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
+def ours_phase(phase: str, corpus: Path, hnsw: bool, urls: dict[str, str] | None = None) -> dict:
     """Store every page as a delivery, then route → queued_work → apply_batch until nothing is
     left, with the HNSW policy of production around it; the index build, if any, counts."""
     from rag_pipeline.core.batch_sizing import plan_batches
@@ -281,7 +318,7 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool) -> dict:
 
     settings = get_settings()
     embedder = make_embedder(settings)
-    pages = [(page_url(p.name), p.read_text()) for p in sorted(corpus.glob("*.md"))]
+    pages = [(page_url(p.name, urls), p.read_text()) for p in sorted(corpus.glob("*.md"))]
     workers = ProcessPoolExecutor(settings.batch_spread, mp_context=multiprocessing.get_context("spawn"))
     list(workers.map(apply_in_worker, [[]] * settings.batch_spread))   # started before the clock
     started = time.perf_counter()
@@ -384,8 +421,9 @@ def index_upkeep(conn, space, settings, hnsw: bool) -> bool:
 # -- report --------------------------------------------------------------------------------------
 
 
-def print_table(runs: list[Run], pages: int, changed: int) -> None:
-    print(f"\n== {pages} pages; recrawl: every page again, {changed} changed by one paragraph ==")
+def print_table(runs: list[Run], pages: int, changed: int, corpus: str | None = None) -> None:
+    named = f"{corpus}: " if corpus else ""
+    print(f"\n== {named}{pages} pages; recrawl: every page again, {changed} changed by one paragraph ==")
     head = (f"{'system':<11} {'HNSW':<8} {'load s':>8} {'pages/min':>10} {'load tokens':>12} {'rows':>7} "
             f"{'recrawl tokens':>15} {'recrawl s':>10}")
     print(head)
@@ -470,6 +508,8 @@ def print_ratios(runs: list[Run], pages: int) -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--docs", metavar="NAME",
+                        help="a real documentation site (bench/labelled/NAME_docs.py, e.g. salt) instead of --pages")
     parser.add_argument("--changed-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--only", default=",".join(SYSTEMS), help=f"comma-separated, of {','.join(SYSTEMS)}")
@@ -481,6 +521,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ours-phase", choices=("initial", "recrawl"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--hnsw", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--urls", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(args.only) - set(SYSTEMS)
@@ -497,13 +538,17 @@ def main() -> int:
         return ours_phase_main(args)
     from rag_pipeline_tests.fakes.openai_server import FakeOpenAI
 
-    pages = make_corpus(args.pages, args.seed)
+    pages = docs_pages(args.docs) if args.docs else make_corpus(args.pages, args.seed)
+    corpus_name = f"{args.docs} docs" if args.docs else None
     changed = edit_paragraphs(pages, args.changed_fraction, args.seed)
     initial = {file_name(p.url): render(p.blocks) for p in pages}
     recrawl = {file_name(p.url): render(changed.get(p.key, p.blocks)) for p in pages}
+    if len(initial) != len(pages):
+        raise SystemExit(f"{len(pages)} pages but {len(initial)} file names: two URLs flatten to one name")
     tokens = [p.tokens for p in pages]
     chars_per_token = sum(map(len, initial.values())) / sum(tokens)
-    print(f"peers: {len(pages)} pages, {sum(tokens):,} tokens (median {int(percentile(tokens, 50))}), "
+    named = f"{corpus_name}, " if corpus_name else ""
+    print(f"peers: {named}{len(pages)} pages, {sum(tokens):,} tokens (median {int(percentile(tokens, 50))}), "
           f"{len(changed)} changed in the recrawl; {chars_per_token:.2f} characters a token")
     print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     python = None
@@ -515,6 +560,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     corpus = work / "corpus"
     corpus.mkdir()
+    urls = None
+    if args.docs:   # a real site's file names do not give its URLs back: ours reads them from a map
+        urls = work / "urls.json"
+        urls.write_text(json.dumps({file_name(p.url): p.url for p in pages}))
     runs: list[Run] = []
     try:
         with ExitStack() as stack:
@@ -536,7 +585,7 @@ def main() -> int:
                     schema.prepare(url)
                     env = base_env(url, work / f"rag_home_{name}", fake.base_url, ROOT)
                     env["WEBHOOK_ACCEPT_UNSOLICITED"] = "true"
-                    commands = {phase: ours_command(phase, corpus, hnsw) for phase in ("initial", "recrawl")}
+                    commands = {phase: ours_command(phase, corpus, hnsw, urls) for phase in ("initial", "recrawl")}
                 else:
                     url = create_peer_database(ours_url, name)
                     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTHONPATH"))}
@@ -555,7 +604,7 @@ def main() -> int:
     runs = median_runs(runs, args.repeat)
     if args.repeat > 1:
         print_tries(tries, runs, len(pages))
-    print_table(runs, len(pages), len(changed))
+    print_table(runs, len(pages), len(changed), corpus_name)
     print_index_notes(runs)
     print()
     print_ratios(runs, len(pages))

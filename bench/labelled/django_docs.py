@@ -20,16 +20,18 @@ embedded text (section path, overlap and content) holds the marker. Kinds:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
-import subprocess
 import sys
 import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # run as a program
+
+from bench.labelled.sdist_docs import CACHE, fetch_sdist, to_markdown  # noqa: E402
 
 RELEASE = "5.2.19"
 SDIST = f"django-{RELEASE}.tar.gz"
@@ -37,11 +39,9 @@ SHA256 = "ad03d8abc51dbff95ebf34b27123cf0c26a3b62db7ba0cd520783686362533d1"
 BASE_URL = "https://docs.djangoproject.com/en/5.2/"
 HERE = Path(__file__).resolve().parent
 QUESTIONS = HERE / f"django-{RELEASE}-questions.jsonl"
-CACHE = Path.home() / ".cache" / "rag-pipeline-bench"
 
 SECTIONS = ("ref/", "topics/", "howto/")
 RELEASES = re.compile(r"^releases/5\.[12](\.\d+)?\.txt$")
-_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+.:_])\1{2,}\s*$")
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,7 @@ class Question:
 
 def fetch(cache: Path = CACHE) -> Path:
     """The source release, from the package index once (pip), checked against its SHA-256."""
-    sdist = cache / SDIST
-    if not sdist.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        print(f"downloading {SDIST} from the package index (once, into {cache})", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        f"django=={RELEASE}", "-d", str(cache)], check=True)
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != SHA256:
-        raise SystemExit(f"{sdist} has SHA-256 {digest}, not {SHA256}: delete it and run again")
-    return sdist
+    return fetch_sdist("django", RELEASE, SDIST, SHA256, cache)
 
 
 def docs(sdist: Path) -> dict[str, str]:
@@ -80,32 +71,6 @@ def docs(sdist: Path) -> dict[str, str]:
 def url_of(rel: str) -> str:
     path = rel.removesuffix(".txt").removesuffix("index")
     return BASE_URL + (path if path.endswith("/") or not path else path + "/")
-
-
-def to_markdown(rest: str) -> str:
-    """Section titles as `#` headings (reST: a title's level is the order its adornment was first
-    used); every other line as it is."""
-    lines = rest.splitlines()
-    levels: list[tuple[str, bool]] = []
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        over = _UNDERLINE.match(line) and i + 2 < len(lines) and lines[i + 1].strip() \
-            and _UNDERLINE.match(lines[i + 2]) and lines[i + 2][0] == line[0]
-        if over:
-            title, style, i = lines[i + 1].strip(), (line[0], True), i + 3
-        elif (line.strip() and i + 1 < len(lines) and _UNDERLINE.match(lines[i + 1])
-              and len(lines[i + 1].rstrip()) >= len(line.rstrip()) and not _UNDERLINE.match(line)):
-            title, style, i = line.strip(), (lines[i + 1][0], False), i + 2
-        else:
-            out.append(line)
-            i += 1
-            continue
-        if style not in levels:
-            levels.append(style)
-        out.append("#" * min(6, levels.index(style) + 1) + " " + title)
-    return "\n".join(out) + "\n"
 
 
 def corpus(sdist: Path) -> dict[str, str]:
