@@ -155,3 +155,21 @@ def test_a_range_run_leaves_the_pages_a_sensor_batch_holds_and_says_so(loaded, c
     run_all(pipeline, held)                          # the sensor's batches apply theirs
     assert ledger_since(conn, mark) == {url(n): 1 for n in range(PAGES)}   # every page once
     assert not rechunk(pipeline).run_requests
+
+
+def test_a_ui_backfill_alone_plans_the_rechunk_and_makes_way_for_it(loaded, conn, monkeypatch):
+    pipeline = loaded
+    configure(monkeypatch, CHUNK_MAX_TOKENS="40", CHUNK_OVERLAP_TOKENS="0")
+    keys = pipeline.partitions()
+    ranged = pipeline.defs.resolve_job_def("rechunk").execute_in_process(
+        instance=pipeline.instance, tags={"dagster/asset_partition_range_start": keys[0],
+                                          "dagster/asset_partition_range_end": keys[-1]})
+    assert ranged.success
+    (planned,) = pipeline.instance.fetch_observations(dg.AssetKey("index"), limit=5).records
+    assert planned.run_id == ranged.run_id and planned.asset_observation.metadata["plan_pages"].value == PAGES
+    # The run let the indexes make way before it wrote (no sensor ran), and delivery_sensor builds them.
+    assert scans(conn) == ("exact (HNSW index dropped for a bulk load)", "exact (GIN index dropped for a bulk load)")
+    assert [r.job_name for r in pipeline.tick().runs] == ["space_index"]
+    assert scans(conn) == ("hnsw", "gin")
+    assert {r[0] for r in conn.execute("SELECT DISTINCT chunker_version FROM chunks")} == {
+        chunking.chunker_signature(40, 0)}
