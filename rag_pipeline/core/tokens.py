@@ -50,8 +50,18 @@ def joins_cleanly(text: str, i: int) -> bool:
     into a character that is not whitespace; and a text cut there ends in the same pieces (the
     whitespace run its expression takes up to the end of a text is the run it takes up to the
     last line end before a word). So both sides of such a cut start new pieces. (str.isspace is
-    the stricter test: it counts U+001C-U+001F as space, the expression does not.)"""
-    return 0 < i < len(text) and text[i - 1] == "\n" and not text[i].isspace()
+    the stricter test: it counts U+001C-U+001F as space, the expression does not.)
+
+    The same holds after the last line end of a run that goes on in spaces and tabs only before
+    a word (an indented line: reST's code blocks, lists and directive bodies): the piece of line
+    ends stops at its last line end whatever follows it, and the indentation is a piece of its
+    own (all of it but the space that goes with the word) on either side of the cut."""
+    if not (0 < i < len(text) and text[i - 1] == "\n"):
+        return False
+    j = i
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    return j < len(text) and not text[j].isspace()
 
 
 def word_cut(text: str, i: int) -> bool:
