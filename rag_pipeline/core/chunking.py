@@ -44,14 +44,7 @@ from rag_pipeline.core.markdown_blocks import Block, parse_blocks
 from rag_pipeline.core.embed_text import BREADCRUMB_MAX_TOKENS, HeadingIndex, breadcrumb, counted_tail
 from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, char_index, count_tokens, encoding, joins_cleanly, word_cut
 
-__all__ = [
-    "CHUNKER_VERSION",
-    "ANCHOR_MAX_LEVEL",
-    "BREADCRUMB_MAX_TOKENS",
-    "MIN_MAX_TOKENS",
-    "Chunk",
-    "chunk_markdown",
-]
+__all__ = ["CHUNKER_VERSION", "ANCHOR_MAX_LEVEL", "BREADCRUMB_MAX_TOKENS", "MIN_MAX_TOKENS", "Chunk", "chunk_markdown"]
 
 # Stored on every chunk and used as the Dagster code_version of the chunks asset: bump it
 # whenever a change here can change any chunk boundary or embed_text.
@@ -77,8 +70,6 @@ class Chunk:
     heading_path: tuple[str, ...]
     embed_text: str
     token_count: int  # Tokens of embed_text, the text actually sent to the embedder.
-
-
 
 
 @dataclass
@@ -198,7 +189,8 @@ def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
     for group in groups:
         start, end = group[0].start, group[-1].end
         starts_with_heading = group[0].level is not None
-        n = count_tokens(text[start:end])
+        counts = _block_counts(text, group)
+        n = sum(counts) if counts else count_tokens(text[start:end])
         if n <= max_tokens:
             units.append(
                 _Unit(start, end, n, starts_with_heading=starts_with_heading, key_start=group[-1].start)
@@ -206,8 +198,8 @@ def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
             continue
         # Too big for one chunk: its blocks become units of their own, then an oversized
         # block is cut at sentences (not in code), lines, tokens.
-        for block in group:
-            m = count_tokens(text[block.start : block.end])
+        for k, block in enumerate(group):
+            m = counts[k] if counts else count_tokens(text[block.start : block.end])
             if m <= max_tokens:
                 pieces = [(block.start, block.end, m)]
             else:
@@ -222,6 +214,15 @@ def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
         if k + 1 < len(units) and units[k + 1].starts_with_heading:
             unit.strength -= 1.0  # A cut before a heading beats any cut inside a subsection.
     return units
+
+
+def _block_counts(text: str, group: Sequence[Block]) -> list[int] | None:
+    """Each block's tokens when they add up to the group's (every join clean), so an oversized
+    group's blocks are not counted again; None: the group is counted whole."""
+    for before, after in zip(group, group[1:]):
+        if before.end != after.start or not joins_cleanly(text, after.start):
+            return None
+    return [count_tokens(text[block.start : block.end]) for block in group]
 
 
 # --------------------------------------------------------------------------- cutting

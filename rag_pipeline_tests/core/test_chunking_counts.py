@@ -76,3 +76,28 @@ def test_an_indented_page_is_tokenized_about_once_and_a_half(monkeypatch: pytest
     for page in pages:
         assert "".join(c.content for c in chunk_markdown(page, 512, 64)) == page
     assert tokenized[0] <= 2.0 * sum(map(len, pages)), tokenized[0] / sum(map(len, pages))
+
+
+def test_an_oversized_block_is_not_counted_again_before_it_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A release note's list: one block of ~6,000 tokens, cut at its lines.
+    encoding = tokens.encoding()
+    tokenized = [0]
+
+    class Counting:
+        def encode_ordinary(self, text: str) -> list[int]:
+            tokenized[0] += len(text)
+            return encoding.encode_ordinary(text)
+
+        def __getattr__(self, name: str):
+            return getattr(encoding, name)
+
+    counting = Counting()
+    for module in (tokens, chunking, embed_text):
+        monkeypatch.setattr(module, "encoding", lambda: counting)
+    rng = random.Random(3)
+    words = "fix the salt master minion state file pillar grains returns module config".split()
+    page = "# Changelog\n\n" + "\n".join(f"- **PR** `#{rng.randint(1000, 60000)}`: ({rng.choice(words)}) "
+                                         + " ".join(rng.choice(words) for _ in range(12)) for _ in range(300)) + "\n"
+    chunks = chunk_markdown(page, 512, 64)
+    assert len(chunks) > 10 and "".join(c.content for c in chunks) == page
+    assert tokenized[0] <= 3.0 * len(page), tokenized[0] / len(page)
