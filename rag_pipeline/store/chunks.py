@@ -54,6 +54,14 @@ def staged(conn: psycopg.Connection, page_id: UUID, source_hash: str) -> list[St
     return [StagedChunk(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6]) for r in rows]
 
 
+def pages_staged(conn: psycopg.Connection, urls: Sequence[str]) -> set[str]:
+    """Which of these pages have chunks staged from their current source, waiting for a switch."""
+    rows = conn.execute(
+        "SELECT p.url FROM pages p WHERE p.url = ANY(%s) AND EXISTS (SELECT 1 FROM staged_chunks s"
+        " WHERE s.page_id = p.page_id AND s.source_hash = p.source_hash)", (list(urls),)).fetchall()
+    return {r[0] for r in rows}
+
+
 def discard_staged(conn: psycopg.Connection, page_ids: UUID | Sequence[UUID]) -> None:
     """Staged generations that will never switch in (their page lost its source: a tombstone)."""
     ids = [page_ids] if isinstance(page_ids, UUID) else list(page_ids)

@@ -155,6 +155,17 @@ def test_a_range_run_leaves_the_pages_a_sensor_batch_holds_and_says_so(loaded, c
     run_all(pipeline, held)                          # the sensor's batches apply theirs
     assert ledger_since(conn, mark) == {url(n): 1 for n in range(PAGES)}   # every page once
     assert not rechunk(pipeline).run_requests
+    # The same range again (a retried backfill): every page says it has nothing to do, none is applied.
+    again = pipeline.defs.resolve_job_def("rechunk").execute_in_process(
+        instance=pipeline.instance, tags={"dagster/asset_partition_range_start": keys[0],
+                                          "dagster/asset_partition_range_end": keys[-1]})
+    assert again.success
+    for asset, said in (("chunks", "already cut with"), ("embeddings", "nothing staged to switch in")):
+        for key in keys:
+            (record,) = pipeline.instance.fetch_materializations(dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=1).records
+            assert record.run_id == again.run_id and said in record.asset_materialization.metadata["skipped"].value
+    assert ledger_since(conn, mark) == {url(n): 1 for n in range(PAGES)}
 
 
 def test_a_ui_backfill_alone_plans_the_rechunk_and_makes_way_for_it(loaded, conn, monkeypatch):

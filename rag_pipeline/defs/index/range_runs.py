@@ -17,6 +17,7 @@ import dagster as dg
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.bulk_index import index_upkeep
 from rag_pipeline.defs.index.rechunk_plan import record_plan
+from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import pages, rechunks, spaces
 
 
@@ -34,18 +35,29 @@ def lease_key(run_id: str) -> str:
 def take(conn, urls: list[str], run_id: str, lease_s: float, *, signature: str | None = None) -> RangeLease:
     """The range's pages this run may apply, in the range's order: those it holds already (its
     earlier step) and those no batch holds, leased now. With `signature` (the chunks step), a page
-    already indexed from its source as cut with it is left out."""
+    already indexed from its source as cut with it is left out; without (the embeddings step), a
+    page this run does not hold is taken only if it has chunks staged to switch in (a run of
+    `embeddings` alone), so a page another batch switched meanwhile is not reported again."""
     key = lease_key(run_id)
-    done = pages.cut_with(conn, urls, signature) if signature else set()
-    wanted = [u for u in urls if u not in done]
     with conn.transaction():
-        mine = pages.leased_to(conn, wanted, key)
-        got = mine | set(pages.lease(conn, [u for u in wanted if u not in mine], key, lease_s))
-    others = pages.holders(conn, [u for u in wanted if u not in got])
-    skipped = {u: f"already cut with {signature}: nothing to re-chunk" for u in urls if u in done}
-    skipped.update({u: f"left to batch {others.get(u, 'unknown')}, which holds it (rechunk_sensor or a delivery "
-                       "batch): applied there, not twice" for u in wanted if u not in got})
-    return RangeLease(key, [u for u in wanted if u in got], skipped)
+        mine = pages.leased_to(conn, urls, key)
+    others = pages.holders(conn, [u for u in urls if u not in mine])   # held by another batch now
+    rest = [u for u in urls if u not in mine and u not in others]
+    if signature:
+        done = pages.cut_with(conn, rest, signature)
+        why_done = f"already cut with {signature}: nothing to re-chunk"
+    else:
+        done = set(rest) - chunk_store.pages_staged(conn, rest)
+        why_done = "nothing staged to switch in: cut and switched already (by another batch, or never cut)"
+    with conn.transaction():
+        got = mine | set(pages.lease(conn, [u for u in rest if u not in done], key, lease_s))
+    others.update(pages.holders(conn, [u for u in rest if u not in done and u not in got]))   # took it meanwhile
+    skipped = {u: "taken by another batch while this run leased its range: applied there" for u in urls
+               if u not in got and u not in done and u not in others}
+    skipped.update({u: why_done for u in done})
+    skipped.update({u: f"left to batch {others[u]}, which holds it (rechunk_sensor or a delivery batch): "
+                       "applied there, not twice" for u in others})
+    return RangeLease(key, [u for u in urls if u in got], skipped)
 
 
 def release(conn, lease: RangeLease, urls: list[str]) -> None:
