@@ -346,6 +346,7 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
     min_spacing = max(1, max_tokens // 4)
 
     chunks: list[Chunk] = []
+    crumbs: dict[tuple[str, ...], tuple[str, int]] = {}   # a section's chunks share their breadcrumb
     for section in _sections(blocks):
         units = _units(text, section, max_tokens)
         cuts = [0, *_content_defined_cuts(units, min_spacing), len(units)]
@@ -355,8 +356,9 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                 start, end = units[a].start, units[b - 1].end
                 content = text[start:end]
                 path, crumb_titles = headings.at(start, end)
-                crumb = breadcrumb(crumb_titles)
-                crumb_tokens = count_tokens(crumb)
+                if crumb_titles not in crumbs:
+                    crumbs[crumb_titles] = (crumb := breadcrumb(crumb_titles)), count_tokens(crumb)
+                crumb, crumb_tokens = crumbs[crumb_titles]
                 # The overlap ends where the content starts, so overlap + content is itself
                 # a slice of the page: no separator is invented.
                 overlap, overlap_count = (counted_tail(previous_content, overlap_tokens)

@@ -101,3 +101,27 @@ def test_an_oversized_block_is_not_counted_again_before_it_is_cut(monkeypatch: p
     chunks = chunk_markdown(page, 512, 64)
     assert len(chunks) > 10 and "".join(c.content for c in chunks) == page
     assert tokenized[0] <= 3.0 * len(page), tokenized[0] / len(page)
+
+
+def test_a_breadcrumb_the_chunks_of_a_section_share_is_counted_once_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoding = tokens.encoding()
+    seen: list[str] = []
+
+    class Counting:
+        def encode_ordinary(self, text: str) -> list[int]:
+            seen.append(text)
+            return encoding.encode_ordinary(text)
+
+        def __getattr__(self, name: str):
+            return getattr(encoding, name)
+
+    counting = Counting()
+    for module in (tokens, chunking, embed_text):
+        monkeypatch.setattr(module, "encoding", lambda: counting)
+    rng = random.Random(4)
+    words = "state file pillar grains returns module config master minion".split()
+    body = "\n\n".join(" ".join(rng.choice(words) for _ in range(60)) + "." for _ in range(40))
+    chunks = chunk_markdown(f"# Salt states\n\n## The top file\n\n{body}\n", 128, 16)
+    crumb = "Salt states > The top file\n\n"
+    assert sum(c.embed_text.startswith(crumb) for c in chunks) > 5
+    assert seen.count(crumb) <= 2   # made (its count checked against the cap), then counted
