@@ -52,6 +52,15 @@ With --repeat N each system and configuration is tried N times, round-robin (eve
 then again), and the table shows the try of median load time; the tries' seconds are listed above
 it. On these shared 2-core machines one try's load time moves by up to ~40% between runs.
 
+Ours also says where its load's time went (the JSON line after its phase): storing the deliveries
+(`store_s`), the routing pass (`route_s`, one process, as a sensor tick), the index policy
+(`upkeep_s`), the batches (`apply_s`), each index build (`hnsw_build_s`, `gin_build_s`); outside the
+clock, starting the worker processes (`workers_start_s`); and, added up over the batches
+(`workers`), each worker's fixed part (loading the tokenizer, making the embedder, connecting) and
+its batch in wall, CPU and its PostgreSQL backend's CPU seconds. Every system's table row has the
+CPU the loopback embedder spent on its load (`embedder CPU s`: this process serves it, on the same
+two cores).
+
 A peer that fails is reported (its error, the tail of its traceback) and marked failed in the
 table; the others go on, and the exit status is 1. The last line is `PEERS ours=<pages/min>
 fastest_peer=<name> <pages/min> ratio=<x.xx> recrawl_tokens ours=<n> best_peer=<n>`: ours with
@@ -118,6 +127,7 @@ class Phase:
     seconds: float = 0.0
     tokens: int = 0
     requests: int = 0
+    fake_cpu_s: float = 0.0   # the loopback embedder's CPU seconds (this process's threads) in the phase
     detail: dict = field(default_factory=dict)
 
 
@@ -244,6 +254,7 @@ def drop_database(server_url: str, name: str) -> None:
 def run_phase(cmd: list[str], env: dict[str, str], fake, timeout: float) -> Phase:
     """One phase as a subprocess printing one JSON line; the fake's counters around it."""
     before = (fake.total_tokens, fake.requests)
+    cpu = time.process_time()   # this process only serves the fake meanwhile: its CPU is the fake's
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired as exc:
@@ -254,7 +265,7 @@ def run_phase(cmd: list[str], env: dict[str, str], fake, timeout: float) -> Phas
         tail = result.get("traceback") or (done.stderr or done.stdout)[-3000:]
         raise PhaseFailed(f"{result.get('error') or f'exit status {done.returncode}'}\n{tail.rstrip()}")
     return Phase(seconds=result.pop("seconds"), tokens=fake.total_tokens - before[0],
-                 requests=fake.requests - before[1], detail=result)
+                 requests=fake.requests - before[1], fake_cpu_s=time.process_time() - cpu, detail=result)
 
 
 def ours_command(phase: str, corpus: Path, hnsw: bool, urls: Path | None) -> list[str]:
@@ -279,7 +290,8 @@ def run_system(run: Run, commands: dict[str, list[str]], env: dict[str, str], co
         write_files(corpus, initial)
         print(f"  {run.name}: initial load…", flush=True)
         run.initial = run_phase(commands["initial"], env, fake, timeout)
-        print(f"    {run.initial.seconds:.1f} s, {run.initial.tokens:,} tokens, {run.initial.requests} requests "
+        print(f"    {run.initial.seconds:.1f} s, {run.initial.tokens:,} tokens, {run.initial.requests} requests, "
+              f"embedder CPU {run.initial.fake_cpu_s:.1f} s "
               f"{json.dumps(run.initial.detail, default=str)}", flush=True)
         write_files(corpus, recrawl)
         print(f"  {run.name}: recrawl…", flush=True)
@@ -320,7 +332,9 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool, urls: dict[str, str] | None
     embedder = make_embedder(settings)
     pages = [(page_url(p.name, urls), p.read_text()) for p in sorted(corpus.glob("*.md"))]
     workers = ProcessPoolExecutor(settings.batch_spread, mp_context=multiprocessing.get_context("spawn"))
+    t = time.perf_counter()
     list(workers.map(apply_in_worker, [[]] * settings.batch_spread))   # started before the clock
+    workers_start_s = time.perf_counter() - t
     started = time.perf_counter()
     with workers, db.connection(settings.database_url) as conn:
         store_deliveries(conn, pages)
@@ -329,13 +343,16 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool, urls: dict[str, str] | None
         if not hnsw:
             spaces.drop_index(conn, space)
         passes, applied, failed, dropped = 0, 0, [], False
-        route_s = apply_s = 0.0
+        route_s = apply_s = upkeep_s = 0.0
+        in_workers: list[dict] = []
         while True:
             t = time.perf_counter()
             routed = route(conn, settings)
             route_s += time.perf_counter() - t
+            t = time.perf_counter()
             dropped |= index_upkeep(conn, space, settings, hnsw)
             work = deliveries.queued_work(conn, settings.sensor_batch_size)
+            upkeep_s += time.perf_counter() - t
             if not routed.routed and not work:
                 break
             passes += 1
@@ -343,47 +360,84 @@ def ours_phase(phase: str, corpus: Path, hnsw: bool, urls: dict[str, str] | None
             # one tick work at once (BATCH_SPREAD, one a core).
             batches = plan_batches(work, settings.batch_max_pages, settings.batch_max_tokens, settings.batch_spread)
             t = time.perf_counter()
-            for reasons in workers.map(apply_in_worker, batches):
-                failed += reasons
+            for done in workers.map(apply_in_worker, batches):
+                failed += done.pop("failed")
+                in_workers.append(done)
             apply_s += time.perf_counter() - t
             applied += sum(len(batch) for batch in batches)
             if failed:
                 raise RuntimeError(f"{len(failed)} page(s) failed, first: {failed[0]}")
-        build_s = None
+        build_s = hnsw_build_s = gin_build_s = None
         t = time.perf_counter()
         if hnsw and spaces.index_state(conn, space) != "valid":
             spaces.build_index_concurrently(conn, space, settings.space_build_memory, settings.hnsw_build_workers,
                                             settings.space_build_memory_max)
-            build_s = time.perf_counter() - t
+            build_s = hnsw_build_s = time.perf_counter() - t
         if text_search.index_state(conn) != "valid":    # lexical search's index, in both configurations
             text_search.build_index_concurrently(conn, settings.hnsw_build_workers)
             build_s = time.perf_counter() - t
+            gin_build_s = build_s - (hnsw_build_s or 0.0)
         seconds = time.perf_counter() - started
         rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         index = spaces.index_state(conn, space)
     return {"seconds": seconds, "pages": len(pages), "store_s": round(store_s, 2), "route_s": round(route_s, 2),
-            "apply_s": round(apply_s, 2), "passes": passes,
+            "upkeep_s": round(upkeep_s, 2), "apply_s": round(apply_s, 2), "passes": passes,
             "applied": applied, "rows": rows, "index_dropped": dropped,
-            "index_build_s": None if build_s is None else round(build_s, 2), "hnsw": index}
+            "index_build_s": None if build_s is None else round(build_s, 2),
+            "hnsw_build_s": None if hnsw_build_s is None else round(hnsw_build_s, 2),
+            "gin_build_s": None if gin_build_s is None else round(gin_build_s, 2), "hnsw": index,
+            "workers_start_s": round(workers_start_s, 2), "workers": worker_breakdown(in_workers)}
 
 
-def apply_in_worker(batch) -> list[str]:
-    """One batch applied in a worker process (its own connection and embedder); returns the
-    reasons of the pages that failed."""
+def worker_breakdown(runs: list[dict]) -> dict:
+    """What the apply workers' batches spent, added up over them: the fixed part of each (the
+    tokenizer's tables, the embedder, the first connection) and the batch itself, in wall and in
+    this process's CPU seconds (the rest of its wall time: waiting on PostgreSQL and the embedder),
+    and its PostgreSQL backend's CPU seconds (not counting the connection that caches vectors)."""
+    keys = ("tokenizer_s", "embedder_s", "connect_s", "batch_s", "batch_cpu_s", "postgres_cpu_s")
+    return {"batches": len(runs), **{k: round(sum(r[k] for r in runs), 2) for k in keys}}
+
+
+def apply_in_worker(batch) -> dict:
+    """One batch applied in a worker process (its own connection and embedder): the reasons of
+    the pages that failed (`failed`), and where its time went."""
+    from rag_pipeline.core.tokens import encoding
     from rag_pipeline.embedders.factory import make_embedder
     from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, apply_batch
     from rag_pipeline.settings import get_settings
 
     if not batch:
-        return []
+        return {"failed": []}
+    t = time.perf_counter()
+    encoding()   # loaded once a process, at its first count: timed apart
+    tokenizer_s = time.perf_counter() - t
     settings = get_settings()
     embedder = make_embedder(settings)
+    embedder_s = time.perf_counter() - t - tokenizer_s
+    t = time.perf_counter()
     with db.connection(settings.database_url) as conn:
+        connect_s = time.perf_counter() - t
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        t, cpu, server_cpu = time.perf_counter(), time.process_time(), process_cpu(backend)
         events = list(apply_batch(conn, batch, batch_key=None, embedder_for=lambda _space: embedder,
                                   chunk_budget=lambda _space: settings.chunk_budget(),
                                   max_page_bytes=settings.webhook_max_page_bytes,
                                   retry=RetryPolicy.from_settings(settings)))
-    return [e.failure.reason for e in events if isinstance(e, Failed)]
+        batch_s, batch_cpu_s = time.perf_counter() - t, time.process_time() - cpu
+        server_cpu_s = process_cpu(backend) - server_cpu
+    return {"failed": [e.failure.reason for e in events if isinstance(e, Failed)], "tokenizer_s": tokenizer_s,
+            "embedder_s": embedder_s, "connect_s": connect_s, "batch_s": batch_s, "batch_cpu_s": batch_cpu_s,
+            "postgres_cpu_s": server_cpu_s}
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of a process of this machine (a PostgreSQL backend), from /proc; 0 where the
+    server is elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def store_deliveries(conn, pages: list[tuple[str, str]]) -> None:
@@ -424,8 +478,8 @@ def index_upkeep(conn, space, settings, hnsw: bool) -> bool:
 def print_table(runs: list[Run], pages: int, changed: int, corpus: str | None = None) -> None:
     named = f"{corpus}: " if corpus else ""
     print(f"\n== {named}{pages} pages; recrawl: every page again, {changed} changed by one paragraph ==")
-    head = (f"{'system':<11} {'HNSW':<8} {'load s':>8} {'pages/min':>10} {'load tokens':>12} {'rows':>7} "
-            f"{'recrawl tokens':>15} {'recrawl s':>10}")
+    head = (f"{'system':<11} {'HNSW':<8} {'load s':>8} {'pages/min':>10} {'load tokens':>12} {'embedder CPU s':>15} "
+            f"{'rows':>7} {'recrawl tokens':>15} {'recrawl s':>10}")
     print(head)
     print("-" * len(head))
     for run in runs:
@@ -436,7 +490,7 @@ def print_table(runs: list[Run], pages: int, changed: int, corpus: str | None = 
         i, r = run.initial, run.recrawl
         recrawl = f"{r.tokens:>15,} {r.seconds:>10.1f}" if r else f"{'FAILED':>15} {'':>10}"
         print(f"{run.system:<11} {config:<8} {i.seconds:>8.1f} {run.pages_per_min(pages):>10.0f} {i.tokens:>12,} "
-              f"{i.detail.get('rows', 0):>7,} {recrawl}")
+              f"{i.fake_cpu_s:>15.1f} {i.detail.get('rows', 0):>7,} {recrawl}")
 
 
 def median_runs(runs: list[Run], repeat: int) -> list[Run]:
