@@ -129,3 +129,26 @@ def test_check_records_and_what_the_ui_shows_of_them():
         assert compat.shown_as_evaluated(instance, [key]) == {key: True}
         with dg.build_sensor_context(instance=instance) as context:   # no definitions: no checks
             assert compat.location_check_keys(context) == []
+
+
+def test_partition_metadata_of_a_range_lands_on_each_partition_as_the_public_call_puts_it():
+    pages = dg.DynamicPartitionsDefinition(name="compat_pages")
+    chosen = PAGES[5:15]
+
+    @dg.asset(partitions_def=pages, backfill_policy=dg.BackfillPolicy.single_run())
+    def cut(context):
+        assert list(context.partition_keys) == chosen
+        compat.add_partitions_metadata(context, {key: {"chunks": n} for n, key in enumerate(chosen[:-1])})
+        compat.add_partitions_metadata(context, {chosen[0]: {"note": "merged"}})
+        context.add_asset_metadata({"chunks": 99}, partition_key=chosen[-1])   # the public call, beside it
+        return dg.MaterializeResult()
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("compat_pages", PAGES)
+        result = dg.materialize([cut], instance=instance, tags={
+            "dagster/asset_partition_range_start": chosen[0], "dagster/asset_partition_range_end": chosen[-1]})
+        assert result.success
+        records = instance.fetch_materializations(dg.AssetKey("cut"), limit=100).records
+        shown = {r.partition_key: {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records}
+    assert shown == {**{key: {"chunks": n} for n, key in enumerate(chosen[:-1])},
+                     chosen[0]: {"chunks": 0, "note": "merged"}, chosen[-1]: {"chunks": 99}}

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import dagster as dg
 
+from rag_pipeline import compat
 from rag_pipeline.core.chunking import CHUNKER_VERSION, chunker_signature
 from rag_pipeline.defs.index import range_runs, set_checks
 from rag_pipeline.defs.index.events import EventWriter
@@ -87,8 +88,7 @@ def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: li
     page the step left to another batch says so (`skipped`: range_runs.py)."""
     done = {**{url: range_runs.skipped_metadata(why) for url, why in (skipped or {}).items()}, **done}
     if not failed:
-        for url, metadata in done.items():
-            context.add_asset_metadata(metadata, partition_key=url)
+        compat.add_partitions_metadata(context, done)   # one call for the range, not one a page
         return dg.MaterializeResult()
     writer = EventWriter(context.op_execution_context)
     for url, metadata in done.items():
