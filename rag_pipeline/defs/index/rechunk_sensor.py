@@ -65,8 +65,10 @@ def rechunk_sensor(
             context.log.info(upkeep)
         free = RUNS_AHEAD * current.batch_spread - in_flight(context.instance, signature)
         work = pages.outdated_work(conn, signature, free * current.batch_max_pages, holds) if free > 0 else []
+        # Spread over BATCH_SPREAD runs at least, as a delivery tick's: a small re-chunk's runs
+        # share the cores too.
         requests = request_batches(conn, work, current, rechunk=True, tags={CHUNKER_TAG: signature},
-                                   spread=1, max_batches=max(free, 0))
+                                   max_batches=max(free, 0))
     events = [observed] if observed is not None else []
     if not requests:
         waiting = (f"{RUNS_AHEAD * current.batch_spread} re-chunk run(s) queued or running" if free <= 0
