@@ -65,8 +65,12 @@ def storable(text: str) -> str:
 
 
 def _tidy(text: str) -> str:
-    text = _TRAILING_BLANKS.sub("", text)
-    text = _BLANK_LINE_RUNS.sub("\n\n", text)
+    # Each expression only where it can match: a scan for its literal costs a page a fraction of
+    # what the expression's own scan does (every space tries `[ \t]+$`), and most pages have neither.
+    if " \n" in text or "\t\n" in text or text.endswith((" ", "\t")):
+        text = _TRAILING_BLANKS.sub("", text)
+    if "\n\n\n" in text:
+        text = _BLANK_LINE_RUNS.sub("\n\n", text)
     return text.strip("\n")
 
 

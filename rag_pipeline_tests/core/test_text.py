@@ -283,3 +283,26 @@ def test_a_pass_in_which_no_rule_matched_is_the_last():
     footer = [BoilerplateRule("footer", Counting(r"^Footer\n?"))]
     assert normalize_markdown("Body\n\nFooter\n\n\nMore", footer) == "Body\n\nMore"
     assert len(seen) == 2                         # a match: once more, to reach the fixed point
+
+
+def test_tidying_scans_only_for_what_a_page_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A page's words each try `[ \t]+$`: the expressions run only where their match can be.
+    from rag_pipeline.core import text as text_module
+
+    ran: list[str] = []
+
+    class Spy:
+        def __init__(self, pattern: re.Pattern[str]) -> None:
+            self.pattern = pattern
+
+        def sub(self, replacement: str, text: str) -> str:
+            ran.append(self.pattern.pattern)
+            return self.pattern.sub(replacement, text)
+
+    monkeypatch.setattr(text_module, "_TRAILING_BLANKS", Spy(text_module._TRAILING_BLANKS))
+    monkeypatch.setattr(text_module, "_BLANK_LINE_RUNS", Spy(text_module._BLANK_LINE_RUNS))
+    page = "# Title\n\nA page of words.\n\nAnd more words."
+    assert normalize_markdown(page) == page
+    assert ran == []
+    assert normalize_markdown("Title \t\n\n\n\nWords\t") == "Title\n\nWords"
+    assert len(ran) == 2
