@@ -124,7 +124,7 @@ def backfill_plan(as_json: bool, sample: int | None) -> None:
     """Price a re-chunk of outdated pages from stored text, without calling the embedder."""
     from rag_pipeline.embedders.factory import indexing_chunk_budget
     from rag_pipeline.core.chunking import chunker_signature
-    from rag_pipeline.ingest.backfill import plan, priced
+    from rag_pipeline.ingest.backfill import plan, plan_lines, priced
     from rag_pipeline.store import db, pages, spaces
 
     settings = get_settings()
@@ -145,22 +145,3 @@ def backfill_plan(as_json: bool, sample: int | None) -> None:
         click.echo(line)
     if result.pages:
         click.echo("  run it: turn on `rechunk_sensor` in the Dagster UI, or backfill the `rechunk` job")
-
-
-def plan_lines(figures: dict) -> list[str]:
-    """A re-chunk's plan as the CLI prints it."""
-    scaled = (f" (figures scaled from a random sample of {figures['sampled_pages']:,})"
-              if figures["sampled"] else "")
-    estimate = ("no batch measured yet to estimate the time from" if figures["estimate_s"] is None else
-                f"~{figures['estimate_s'] / 60:,.1f} min at the newest batches' pace "
-                f"({figures['measured_pages_per_s']:,} pages/s, {figures['measured_tokens_per_s']:,} tokens/s)")
-    return [
-        f"chunker {figures['signature']}: {figures['pages']:,} page(s) would be re-chunked{scaled} "
-        "(a plan: nothing was changed)",
-        f"  their chunks once re-cut: {figures['chunks_total']:,}, {figures['chunks_to_embed']:,} of them to embed",
-        f"  vector rows written: {figures['rows_written']:,} of {figures['rows_live']:,} live now",
-        f"  tokens: {figures['tokens_to_embed']:,} to embed, {figures['tokens_reused']:,} reused",
-        f"  cost: ${figures['cost_usd']:,.6f} at ${figures['price_per_mtok_usd']} per million tokens "
-        "(EMBEDDING_PRICE_PER_MTOK)",
-        f"  time: {estimate}",
-    ]

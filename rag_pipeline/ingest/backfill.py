@@ -121,3 +121,22 @@ def priced(conn: psycopg.Connection, result: BackfillPlan, price_per_mtok: float
             "estimate_s": None if estimate is None else round(estimate, 1),
             "measured_pages_per_s": None if rates is None else round(rates.pages_per_s, 2),
             "measured_tokens_per_s": None if rates is None else round(rates.tokens_per_s, 1)}
+
+
+def plan_lines(figures: dict) -> list[str]:
+    """A re-chunk's plan as the CLI prints it."""
+    scaled = (f" (figures scaled from a random sample of {figures['sampled_pages']:,})"
+              if figures["sampled"] else "")
+    estimate = ("no batch measured yet to estimate the time from" if figures["estimate_s"] is None else
+                f"~{figures['estimate_s'] / 60:,.1f} min at the newest batches' pace "
+                f"({figures['measured_pages_per_s']:,} pages/s, {figures['measured_tokens_per_s']:,} tokens/s)")
+    return [
+        f"chunker {figures['signature']}: {figures['pages']:,} page(s) would be re-chunked{scaled} "
+        "(a plan: nothing was changed)",
+        f"  their chunks once re-cut: {figures['chunks_total']:,}, {figures['chunks_to_embed']:,} of them to embed",
+        f"  vector rows written: {figures['rows_written']:,} of {figures['rows_live']:,} live now",
+        f"  tokens: {figures['tokens_to_embed']:,} to embed, {figures['tokens_reused']:,} reused",
+        f"  cost: ${figures['cost_usd']:,.6f} at ${figures['price_per_mtok_usd']} per million tokens "
+        "(EMBEDDING_PRICE_PER_MTOK)",
+        f"  time: {estimate}",
+    ]

@@ -19,7 +19,7 @@ class Rechunk:
     outdated_pages: int      # pages still cut otherwise now
 
 
-def record(conn: psycopg.Connection, signature: str, pages: int, rows_written: int, plan: dict,
+def record(conn: psycopg.Connection, signature: str, page_count: int, rows_written: int, plan: dict,
            stale_after_s: float) -> bool:
     """The plan of a re-chunk to `signature`. False when a plan for it is recorded already and was
     worked on within `stale_after_s` (by another tick or run: it is kept). A plan left longer (a
@@ -29,7 +29,7 @@ def record(conn: psycopg.Connection, signature: str, pages: int, rows_written: i
         " ON CONFLICT (signature) DO UPDATE SET planned_at = now(), seen_at = now(), pages = excluded.pages,"
         "   rows_written = excluded.rows_written, plan = excluded.plan"
         " WHERE rechunks.seen_at <= now() - make_interval(secs => %s) RETURNING 1",
-        (signature, pages, rows_written, Jsonb(plan), stale_after_s)).fetchone()
+        (signature, page_count, rows_written, Jsonb(plan), stale_after_s)).fetchone()
     return row is not None
 
 

@@ -17,6 +17,7 @@ import dagster as dg
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.bulk_index import index_upkeep
 from rag_pipeline.defs.index.rechunk_plan import record_plan
+from rag_pipeline.ingest.backfill import plan_lines
 from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import pages, rechunks, spaces
 
@@ -73,9 +74,10 @@ def note_rechunk(context: dg.OpExecutionContext, conn, settings, max_tokens: int
     signature = chunker_signature(max_tokens, overlap_tokens)
     if not urls or not pages.count_chunked_otherwise_among(conn, urls, signature):
         return
-    observed = record_plan(conn, spaces.active(conn), max_tokens, overlap_tokens, settings.resolved_embedding_price())
-    if observed is not None:
-        context.log_event(observed)
+    planned = record_plan(conn, spaces.active(conn), max_tokens, overlap_tokens, settings.resolved_embedding_price())
+    if planned is not None:
+        context.log_event(planned[0])
+        context.log.info("\n".join(plan_lines(planned[1])))
     with conn.transaction():
         rechunks.seen(conn, signature)
     if settings.holds().holds_main():

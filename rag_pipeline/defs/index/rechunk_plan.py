@@ -9,9 +9,11 @@ from rag_pipeline.ingest.backfill import SAMPLE_PAGES, plan, priced
 from rag_pipeline.store import rechunks
 
 
-def record_plan(conn, active, max_tokens: int, overlap_tokens: int, price: float) -> dg.AssetObservation | None:
+def record_plan(conn, active, max_tokens: int, overlap_tokens: int,
+                price: float) -> tuple[dg.AssetObservation, dict] | None:
     """The re-chunk's plan, on a sample of its pages, recorded once per signature (the first tick,
-    or the first run of a UI backfill): what the `index` asset shows. None when already recorded."""
+    or the first run of a UI backfill): the `index` asset's observation of it, and its figures.
+    None when already recorded."""
     signature = chunker_signature(max_tokens, overlap_tokens)
     if rechunks.recorded(conn, signature, RECHUNK_SEEN_S) is not None:
         return None
@@ -21,7 +23,7 @@ def record_plan(conn, active, max_tokens: int, overlap_tokens: int, price: float
             return None   # another tick or run recorded it first
     from rag_pipeline.defs.index.assets import INDEX   # assets.py's range runs record plans too
 
-    return dg.AssetObservation(asset_key=INDEX, metadata=plan_metadata(figures))
+    return dg.AssetObservation(asset_key=INDEX, metadata=plan_metadata(figures)), figures
 
 
 def plan_metadata(figures: dict) -> dict:

@@ -18,6 +18,7 @@ from rag_pipeline.defs.index.bulk_index import index_upkeep
 from rag_pipeline.defs.index.rechunk_plan import record_plan
 from rag_pipeline.defs.index.sensors import location_holds
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
+from rag_pipeline.ingest.backfill import plan_lines
 from rag_pipeline.store import pages, rechunks, spaces
 
 CHUNKER_TAG = "rag/chunker"
@@ -54,11 +55,11 @@ def rechunk_sensor(
         signature = chunker_signature(max_tokens, overlap_tokens)
         if not pages.count_chunked_otherwise(conn, signature):
             return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
-        observed = record_plan(conn, active, max_tokens, overlap_tokens, current.resolved_embedding_price())
+        planned = record_plan(conn, active, max_tokens, overlap_tokens, current.resolved_embedding_price())
         with conn.transaction():
             rechunks.seen(conn, signature)
-        if observed is not None:
-            context.log.info("re-chunk to %s planned: %s", signature, observed.metadata)
+        if planned is not None:
+            context.log.info("\n".join(plan_lines(planned[1])))
         # Around a bulk load the indexes make way before the first batch (`main`'s duty alone).
         _, upkeep = index_upkeep(context.instance, conn, current, rebuild=False) if holds.holds_main() else (None, None)
         if upkeep:
@@ -69,7 +70,8 @@ def rechunk_sensor(
         # share the cores too.
         requests = request_batches(conn, work, current, rechunk=True, tags={CHUNKER_TAG: signature},
                                    max_batches=max(free, 0))
-    events = [observed] if observed is not None else []
+    # The plan is shown on `index`, which `main` holds (LOCATION_HOLDS); the table has it anyway.
+    events = [planned[0]] if planned is not None and holds.holds_main() else []
     if not requests:
         waiting = (f"{RUNS_AHEAD * current.batch_spread} re-chunk run(s) queued or running" if free <= 0
                    else "the outdated pages are held by batches under way")
