@@ -50,7 +50,8 @@ database's growth (pg_database_size before the services start and after the runs
 page, event rows and bytes, whether the HNSW index was dropped, and the worst sample of each check.
 
     .venv/bin/python bench/rechunk.py [--pages 2000] [--timeout 3600] [--keep]
-        [--only sensor|backfill|overlap] [--sample-every 1.0] [--searches 3] [--overlap-s 120]
+        [--only sensor|backfill|overlap] [--sample-every 1.0] [--searches 3] [--search-every 0]
+        [--overlap-s 120]
         [--backfill-form job|assets] [--code-rev REV | --code-dir DIR]
 
 Ctrl-C (or SIGTERM) stops every process the bench started and removes its databases.
@@ -59,7 +60,7 @@ The last line: `RECHUNK pages=N sensor_searchable_s=… sensor_index_valid_s=…
 backfill_ratio=… overlap_hnsw_kept=yes|no tokens_vs_plan=… missing_max=… mixed_max=…
 dagster_bytes_per_page=…` (backfill_ratio: the backfill's searchable time over the sensor's;
 tokens_vs_plan, missing_max, mixed_max, dagster_bytes_per_page: the worst of the changes run; `-`
-for a change not run). The acceptance run is `--pages 100000 --timeout 7200` (a corpus of that
+for a change not run). The acceptance run is `--pages 100000 --timeout 7200 --search-every 10` (a corpus of that
 size is cached by pipeline_throughput.py's make_corpus). With DATABASE_URL set, the databases are
 made on that server and dropped.
 """
@@ -386,7 +387,7 @@ class Watch(threading.Thread):
     searches through the project's retrieval for a paragraph of sampled pages."""
 
     def __init__(self, url: str, signature: str, every_s: float, questions: list[tuple[str, str]],
-                 settings, searches: int):
+                 settings, searches: int, search_every_s: float = 0.0):
         super().__init__(daemon=True, name="rechunk-watch")
         from rag_pipeline.store import spaces
 
@@ -403,6 +404,9 @@ class Watch(threading.Thread):
         self.query = sql.SQL(STATE_SQL).format(vectors=self.space.table())
         self._next = 0
         self._embedders: dict = {}
+        # With the indexes dropped every search is an exact scan (seconds at 100,000 pages): the
+        # searches may come less often than the set-based check, which runs every sample.
+        self.search_every_s, self._searched_at = search_every_s, float("-inf")
 
     def sample(self) -> Sample:
         from rag_pipeline.query.retrieval import retrieve
@@ -414,7 +418,10 @@ class Watch(threading.Thread):
         s = Sample(t, 0.0, live, cut, searchable, missing, mixed, spaces.index_state(self.conn, self.space),
                    oid, text_search.index_state(self.conn))
         t_search = time.time()
-        for _ in range(min(self.per_sample, len(self.questions))):
+        due = t_search - self._searched_at >= self.search_every_s
+        if due:
+            self._searched_at = t_search
+        for _ in range(min(self.per_sample, len(self.questions)) if due else 0):
             key, question = self.questions[self._next % len(self.questions)]
             self._next += 1
             hits = retrieve(self.conn, self.settings, question, 5, per_page=1, embedder_for=self._embedder)
@@ -632,7 +639,7 @@ def run_change(name: str, env_base: dict[str, str], url: str, dagster_url: str, 
         gql = GraphQL(services.webserver)
         before_runs, before_event = pt.dagster_marks(dag_url)
         settings = search_settings(index_url, questions_fake.base_url)
-        watch = Watch(index_url, signature, args.sample_every, [], settings, args.searches)
+        watch = Watch(index_url, signature, args.sample_every, [], settings, args.searches, args.search_every)
         watch.questions = usable_questions(watch, search_questions(pages, 40, args.seed), say)
         first = watch.sample()
         say(f"  before: {first.live} live pages, {first.cut} cut with {signature}; HNSW {first.hnsw}, GIN {first.gin}; "
@@ -1061,6 +1068,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sample-every", type=float, default=1.0, help="seconds between the sampler's samples")
     parser.add_argument("--searches", type=int, default=3, help="searches a sample")
+    parser.add_argument("--search-every", type=float, default=0.0,
+                        help="seconds between the samples that search (0: every sample; the 100,000-page run: 10)")
     parser.add_argument("--overlap-s", type=float, default=120.0,
                         help="seconds rechunk_sensor runs beside the backfill (0: never)")
     parser.add_argument("--backfill-form", choices=["job", "assets"], default="job",
