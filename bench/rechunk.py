@@ -382,6 +382,15 @@ WHERE p.deleted_at IS NULL AND p.indexed_hash IS NOT NULL
 """
 
 
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    """Poll `condition` every 0.2 s until it holds; a BenchFailure naming `what` past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise pt.BenchFailure(f"no {what} within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
 class Watch(threading.Thread):
     """The sampler: every `every_s`, the state of every page in one SELECT, the indexes, and a few
     searches through the project's retrieval for a paragraph of sampled pages."""
@@ -706,8 +715,10 @@ def run_change(name: str, env_base: dict[str, str], url: str, dagster_url: str, 
             backfill.update(polls=bwatch.polls, pages=bwatch.pages,
                             sensor_window=sensor_window and (sensor_window[0] - t0, sensor_window[1] - t0))
         runs_ended = pt.quiesce(dag_url, timeout_s=min(args.timeout, 900))
-        # A last look: the sampler's checks hold once every run ended too.
-        time.sleep(max(args.sample_every, 1.0))
+        # A last look: the sampler's checks hold once every run ended too (a sample taken after).
+        ended = time.time()
+        wait_for(lambda: any(x.t > ended for x in watch.samples), max(10 * args.sample_every, 30.0),
+                 "a sample after the runs ended")
         watch.stop()
         dagster_after, index_after = database_size(dag_url), database_size(index_url)
         stats = pt.dagster_stats(dag_url, before_runs, before_event, t0)

@@ -20,8 +20,8 @@ DROP_LOCK_TIMEOUT = "5s"
 # A re-chunk counts in the backlog while rechunk_sensor ticks for it, or a run of it started,
 # within this long: one turned off half-way stops keeping the indexes away after it.
 RECHUNK_SEEN_S = 300.0
-# A build in one of these states is the build still to come: no second one is requested.
-_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+# A run in one of these states is still to come or under way (a build: no second one is requested).
+PENDING_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
             dg.DagsterRunStatus.STARTED]
 
 
@@ -133,7 +133,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings, *,
 
 def _pending(instance: dg.DagsterInstance) -> bool:
     """Whether a space_index run is queued or under way."""
-    return bool(instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=_PENDING), limit=1))
+    return bool(instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=PENDING_STATUSES), limit=1))
 
 
 @dg.definitions

@@ -14,7 +14,7 @@ import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch_runs import index_batch, pages_of, request_batches
-from rag_pipeline.defs.index.bulk_index import index_upkeep
+from rag_pipeline.defs.index.bulk_index import PENDING_STATUSES, index_upkeep
 from rag_pipeline.defs.index.rechunk_plan import record_plan
 from rag_pipeline.defs.index.sensors import location_holds
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
@@ -25,8 +25,6 @@ CHUNKER_TAG = "rag/chunker"
 RECHUNK_INTERVAL_S = 15
 # Runs of a re-chunk kept queued or running, per BATCH_SPREAD slot: one at work, one ready.
 RUNS_AHEAD = 2
-_LIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-         dg.DagsterRunStatus.STARTED]
 
 
 @dg.sensor(
@@ -83,7 +81,7 @@ def rechunk_sensor(
 
 def in_flight(instance: dg.DagsterInstance, signature: str) -> int:
     """The re-chunk's batch runs queued or under way."""
-    return instance.get_runs_count(dg.RunsFilter(job_name=index_batch.name, statuses=_LIVE,
+    return instance.get_runs_count(dg.RunsFilter(job_name=index_batch.name, statuses=PENDING_STATUSES,
                                                  tags={CHUNKER_TAG: signature}))
 
 
