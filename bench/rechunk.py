@@ -50,7 +50,7 @@ database's growth (pg_database_size before the services start and after the runs
 page, event rows and bytes, whether the HNSW index was dropped, and the worst sample of each check.
 
     .venv/bin/python bench/rechunk.py [--pages 2000] [--timeout 3600] [--keep]
-        [--only sensor|backfill|overlap] [--sample-every 1.0] [--searches 3] [--search-every 0]
+        [--only sensor|backfill|overlap]... [--sample-every 1.0] [--searches 3] [--search-every 0]
         [--overlap-s 120]
         [--backfill-form job|assets] [--code-rev REV | --code-dir DIR]
 
@@ -1075,7 +1075,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds the load, and each change, may take before the bench fails")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, DAGSTER_HOME)")
-    parser.add_argument("--only", choices=list(CHANGES), help="this change alone (after the load)")
+    parser.add_argument("--only", action="append", choices=list(CHANGES),
+                        help="this change alone (after the load); repeat it for several, in the order given")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sample-every", type=float, default=1.0, help="seconds between the sampler's samples")
     parser.add_argument("--searches", type=int, default=3, help="searches a sample")
@@ -1132,7 +1133,7 @@ def main() -> int:
                 f"{load['index_size'] / 1e6:,.1f} MB")
             say(f"  backfill plan after the load (default budget): signature {load['plan']['signature']}, "
                 f"{load['plan']['pages']} page(s) outdated")
-            for name in [args.only] if args.only else list(CHANGES):
+            for name in args.only or list(CHANGES):
                 results[name] = run_change(name, env, url, dagster_url, code, work, pages, fake, questions_fake, args)
                 say(f"  {name} done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for r in results.values():
