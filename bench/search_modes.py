@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from collections import defaultdict
@@ -38,20 +37,16 @@ from bench.database import bench_database  # noqa: E402
 from bench.loading import apply_pages  # noqa: E402
 from bench.labelled import django_docs  # noqa: E402
 from bench.search_quality import pct  # noqa: E402
+from rag_pipeline.core.answer_quality import Question, answering_keys, plain  # noqa: E402
 from rag_pipeline.core.urls import normalize_url  # noqa: E402
 from rag_pipeline.embedders.local_embedder import LocalEmbedder  # noqa: E402
 from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline.core.site_spec import SiteSpec  # noqa: E402
+from rag_pipeline.store import answer_quality as quality_store  # noqa: E402
 from rag_pipeline.store import db, sites  # noqa: E402
 
 PAGES_PER_BATCH = 50
-_NOISE = re.compile(r"[`*\\]")
-
-
-def plain(text: str) -> str:
-    """Markup that a heading or a list item may carry (``code``, **bold**, \\s) left out."""
-    return " ".join(_NOISE.sub("", text).split())
 
 
 def load(url: str, pages: dict[str, str], settings: Settings, embedder: LocalEmbedder) -> int:
@@ -60,18 +55,11 @@ def load(url: str, pages: dict[str, str], settings: Settings, embedder: LocalEmb
 
 
 def answering(conn, questions: list[django_docs.Question]) -> dict[int, set[str]]:
-    """Question number → the keys (page#chunk) of the passages that answer it."""
-    rows = conn.execute("SELECT p.url, c.chunk_index, c.embed_text FROM chunks c JOIN pages p USING (page_id)"
-                        " WHERE p.deleted_at IS NULL").fetchall()
-    by_page = defaultdict(list)
-    for page_url, index, text in rows:
-        by_page[page_url].append((index, plain(text)))
-    out = {}
-    for n, q in enumerate(questions):
-        page = normalize_url(q.url)
-        marker = plain(q.marker)
-        out[n] = {f"{page}#{index}" for index, text in by_page[page] if marker in text}
-    return out
+    """Question number → the keys (page#chunk) of the passages that answer it, by the rules of
+    the product's own evaluations (core/answer_quality.py)."""
+    labelled = [Question(q.question, normalize_url(q.url), plain(q.marker), q.kind) for q in questions]
+    truth = answering_keys(labelled, quality_store.passages_of(conn, [q.url for q in labelled]))
+    return dict(enumerate(truth))
 
 
 def measure(conn, settings, embedder, questions, truth, mode, per_page):

@@ -49,6 +49,10 @@ def whole_project() -> dg.Definitions:
 # Every location applies the batches of the pages it holds, and routes deliveries (one router at a
 # time: deliveries.claim_unrouted). The rest of what is not a site's own is `main`'s.
 EVERY_LOCATION = {"index_batch", "delivery_sensor", "delivery_failure_sensor", "rechunk_sensor"}
+# A site's assets that are the whole site's, not a shard's, and the jobs and sensors named for them:
+# the location that holds the site serves them.
+SITE_WIDE = {"discovery", "answer_quality"}
+SITE_WIDE_NAMES = {"discovery", "discovery_sensor", "answer_quality", "quality_sensor"}
 
 
 def held_by_location(built: dg.Definitions, holds: Holds) -> dg.Definitions:
@@ -66,7 +70,7 @@ def held_by_location(built: dg.Definitions, holds: Holds) -> dg.Definitions:
         site = key.path[0] if len(key.path) > 1 and key.path[0] in sites else None
         if site is None:
             return holds.holds_main()
-        if key.path[-1] == "discovery":
+        if key.path[-1] in SITE_WIDE:
             return holds.holds_site(site)
         shard = int(key.path[1].removeprefix("shard_")) if len(key.path) == 3 else None
         return holds.holds_page(site, shard)
@@ -74,7 +78,7 @@ def held_by_location(built: dg.Definitions, holds: Holds) -> dg.Definitions:
     def named_held(name: str) -> bool:
         if name in EVERY_LOCATION:
             return True
-        site = next((s for s in sites if name in (f"{s}_discovery", f"{s}_discovery_sensor")), None)
+        site = next((s for s in sites if name in {f"{s}_{suffix}" for suffix in SITE_WIDE_NAMES}), None)
         return holds.holds_site(site) if site else holds.holds_main()
 
     def asset_held(asset) -> bool:

@@ -163,6 +163,16 @@ class Settings(LocationSettings):
     # Reciprocal rank fusion: a result's share from one list is weight / (SEARCH_RRF_K + rank).
     search_rrf_k: int = Field(default=60, alias="SEARCH_RRF_K", ge=1, le=10_000)
 
+    # Answer quality on a site's labelled questions (questions.jsonl beside its defs.yaml): each
+    # site's `answer_quality` asset is evaluated after a batch changed its pages, and at least
+    # this often; its check fails when recall@10 falls more than QUALITY_CHECK_MARGIN below the
+    # best of its recent evaluations on the same space.
+    quality_every_s: int = Field(default=86_400, alias="QUALITY_EVERY_S", ge=60)
+    quality_check_margin: float = Field(default=0.05, alias="QUALITY_CHECK_MARGIN", ge=0, le=1)
+    # `space activate` refuses a space whose recall@10 on any declared question set is lower than
+    # the active space's by more than this (`--force` switches anyway, and is recorded).
+    space_gate_margin: float = Field(default=0.02, alias="SPACE_GATE_MARGIN", ge=0, le=1)
+
     # The query API (`rag-pipeline serve`): POST /search and /ask for applications.
     query_api_token: str | None = Field(default=None, alias="QUERY_API_TOKEN")
     query_api_allow_no_token: bool = Field(default=False, alias="QUERY_API_ALLOW_NO_TOKEN")

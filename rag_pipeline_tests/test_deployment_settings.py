@@ -76,7 +76,7 @@ def test_a_shell_declares_the_sites_make_run_was_given_by_sites_dir(database_url
 
     shell = _clean_shell(home, DATABASE_URL=database_url)
     checked = _cli(shell, "site", "check")
-    assert checked.returncode == 0 and checked.stdout == "1 site(s) OK, 1 switched off (checked)\n", checked.stdout
+    assert checked.returncode == 0 and checked.stdout == "1 site(s) OK, 1 switched off (checked), 8 labelled question(s) read\n", checked.stdout
     from rag_pipeline.core.site_spec import SiteSpec
     from rag_pipeline.store import sites as sites_store
 

@@ -73,17 +73,30 @@ def site() -> None:
 def site_check() -> None:
     """Read every site file (rag_pipeline/defs/sites/*/defs.yaml and SITES_DIR) as the code location
     will: one line per bad one, `file:line: field: reason`, and exit 1; a deploy stops it first."""
-    from rag_pipeline.components.site_files import declarations
+    from rag_pipeline.components.site_files import declarations, read_questions
+    from rag_pipeline.core.answer_quality import QuestionsError
 
     found = declarations()
-    for problem in found.problems:
-        click.echo(problem.one_line())
-    if found.problems:
+    said = [problem.one_line() for problem in found.problems]
+    asked = 0
+    # Each site's labelled questions: a bad file fails only its quality runs, and is said here.
+    for component in [*found.sites, *found.disabled]:
+        path = component.questions_file()
+        if path is None:
+            continue
+        try:
+            asked += len(read_questions(path, component.spec()))
+        except QuestionsError as exc:
+            said.append(str(exc))
+    for line in said:
+        click.echo(line)
+    if said:
         raise click.exceptions.Exit(1)
     # A switched-off site's file is judged as fully as the others, but it is not counted as OK:
     # nothing of it runs here, so its reading and its pages are not known to work.
     off = f", {len(found.disabled)} switched off (checked)" if found.disabled else ""
-    click.echo(f"{len(found.sites)} site(s) OK{off}")
+    questions = f", {asked} labelled question(s) read" if asked else ""
+    click.echo(f"{len(found.sites)} site(s) OK{off}{questions}")
 
 
 @site.command("list")

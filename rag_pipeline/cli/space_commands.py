@@ -96,18 +96,38 @@ def space_build() -> None:
 
 
 @space.command("activate")
-def space_activate() -> None:
-    """Finish the build of the configured embedder's space and flip search to it (a status flip)."""
+@click.option("--force", is_flag=True,
+              help="Switch even if the gate refuses: the switch is recorded as forced, with the figures.")
+def space_activate(force: bool) -> None:
+    """Finish the build of the configured embedder's space and flip search to it (a status flip),
+    once it answers every site's labelled questions about as well as the active space."""
+    from rag_pipeline.core.answer_quality import QuestionsError
     from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.ingest.activation_gate import Gate, GateRefused, declared_question_sets
     from rag_pipeline.ingest.model_switch import ModelSwitchError, activate
     from rag_pipeline.store import db
 
-    embedder = make_embedder(get_settings())
+    settings = get_settings()
+    try:
+        question_sets = declared_question_sets()
+    except QuestionsError as exc:
+        raise CliError(f"cannot judge the switch: {exc}") from exc
+    gate = Gate(settings, question_sets, settings.space_gate_margin, force=force)
+    embedder = make_embedder(settings)
     with db.connection(index_url()) as conn:
         try:
-            active = activate(conn, embedder)
+            active = activate(conn, embedder, gate)
+        except GateRefused as exc:
+            first, *figures = str(exc).splitlines()
+            for line in figures:
+                click.echo(line, err=True)
+            raise CliError(first) from exc
         except ModelSwitchError as exc:
             raise CliError(str(exc)) from exc
+    for line in gate.lines:
+        click.echo(line)
+    if gate.forced:
+        click.echo("forced past the gate (--force): recorded in space_activations")
     click.echo(f"active: space {active.space_id} ({active.model}, {active.dimensions} dims)")
 
 

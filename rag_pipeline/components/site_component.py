@@ -191,8 +191,24 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
                                   embedder_kind=kind, upstream=discovery.key)
         job = dg.define_asset_job(f"{spec.name}_discovery", selection=[discovery.key],
                                   description=f"Read {spec.name}'s robots.txt and sitemaps now.")
-        return dg.Definitions(assets=assets, jobs=[job], asset_checks=[set_checks(spec.name, s) for s in shards],
+        site = dg.Definitions(assets=assets, jobs=[job], asset_checks=[set_checks(spec.name, s) for s in shards],
                               sensors=[discovery_sensor(spec, job, at_load("discovery_interval_s"))])
+        questions = self.questions_file()
+        if questions is None:
+            return site
+        from rag_pipeline.defs.quality.site_quality import quality_definitions
+
+        embeddings = [a.key for a in assets if a.key.path[-1] == "embeddings"]
+        return dg.Definitions.merge(site, quality_definitions(spec, questions, group, embeddings))
+
+    def questions_file(self):
+        """The site's labelled questions file, when it has one (components/site_files.py)."""
+        from rag_pipeline.components.site_files import questions_file
+
+        if self._source is None:
+            return None
+        path = questions_file(self._source)
+        return path if path.is_file() else None
 
 
 def site_pins(name: Optional[str], items: list) -> tuple:

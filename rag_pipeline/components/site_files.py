@@ -57,6 +57,33 @@ def site_yaml(folder: Path) -> Path | None:
     return next((folder / n for n in ("defs.yaml", "defs.yml", "component.yaml") if (folder / n).is_file()), None)
 
 
+def questions_file(source: str) -> Path:
+    """Where a site's labelled questions are: `questions.jsonl` beside a site folder's defs.yaml,
+    `<name>.questions.jsonl` beside a SITES_DIR file `<name>.yaml`."""
+    path = Path(source)
+    if path.name in ("defs.yaml", "defs.yml", "component.yaml"):
+        return path.parent / "questions.jsonl"
+    return path.parent / f"{path.stem}.questions.jsonl"
+
+
+def read_questions(path: Path, spec) -> list:
+    """A site's labelled questions (core/answer_quality.py), or a QuestionsError in one line."""
+    from rag_pipeline.core.answer_quality import QuestionsError, parse_questions
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QuestionsError(f"{path}: cannot read it: {exc}") from None
+    return parse_questions(text, str(path), spec.origin())
+
+
+def question_sets(found: Declarations) -> dict[str, list]:
+    """Site name → its questions, for the loaded sites that declare some. A file that cannot be
+    used is a QuestionsError: a gate that skipped it would pass a model it never asked."""
+    return {site.spec().name: read_questions(path, site.spec())
+            for site in found.sites if (path := site.questions_file()) is not None}
+
+
 def declarations(package: Path = PACKAGE_SITES, sites_dir: str | None = "") -> Declarations:
     """The package's site folders, then SITES_DIR's files (`sites_dir` "": the setting's)."""
     if sites_dir == "":

@@ -138,6 +138,16 @@ class SiteSpec:
     def asset_prefix(self, shard: int | None) -> list[str]:
         return asset_prefix(self.name, shard)
 
+    def origin(self) -> str | None:
+        """scheme://host[:port] of its first sitemap or seed: where a labelled question's `/path` is."""
+        from urllib.parse import urlsplit
+
+        start = next(iter((*self.sitemaps, *self.seeds)), None)
+        if start is None:
+            return None
+        parts = urlsplit(start)
+        return f"{parts.scheme}://{parts.netloc}"
+
 
 def site_boilerplate(rules) -> list:
     """A site's own boilerplate rules (mappings in boilerplate.yaml's form) as rules."""

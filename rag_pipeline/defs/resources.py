@@ -144,6 +144,13 @@ class EmbedderResource(_OwnsClients):
         return self._client(("space", active.model, active.dimensions),
                             lambda: make_indexing_embedder(self.settings(), active))
 
+    def for_questions(self, space: Space) -> Embedder:
+        """The embedder of a question asked of ``space`` (any space: the gate asks a candidate too)."""
+        from rag_pipeline.embedders.factory import make_embedder_for_space
+
+        return self._client(("questions", space.model, space.dimensions),
+                            lambda: make_embedder_for_space(self.settings(), space))
+
     def chunk_budget(self, active: Space | None) -> tuple[int, int]:
         """(max, overlap) tokens of a chunk, sized to the model pages are embedded with."""
         from rag_pipeline.embedders.factory import indexing_chunk_budget

@@ -16,13 +16,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.ingest import vector_cache
 from rag_pipeline.store import chunks as chunk_store
-from rag_pipeline.store import space_vectors, spaces
+from rag_pipeline.store import answer_quality, space_vectors, spaces
+
+if TYPE_CHECKING:
+    from rag_pipeline.ingest.activation_gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +121,11 @@ def drain_backlog(conn: psycopg.Connection, space: spaces.Space, embedder: Embed
             return
 
 
-def activate(conn: psycopg.Connection, embedder: Embedder) -> spaces.Space:
-    """Finish the build (the walk, the index, the backlog), then flip search to the new space."""
+def activate(conn: psycopg.Connection, embedder: Embedder, gate: "Gate | None" = None) -> spaces.Space:
+    """Finish the build (the walk, the index, the backlog), then flip search to the new space.
+    With a ``gate``, the candidate and the active space first answer its question sets: a worse
+    candidate is refused (GateRefused) before anything changes. Every flip is recorded, with the
+    figures compared and whether it was forced."""
     space = spaces.find(conn, embedder.model, embedder.dimensions)
     if space is None:
         raise ModelSwitchError(f"no space for {embedder.model} ({embedder.dimensions} dims): build it first")
@@ -126,10 +133,15 @@ def activate(conn: psycopg.Connection, embedder: Embedder) -> spaces.Space:
         return space
     result = build(conn, embedder)   # resumes a walk that stopped; else only the backlog
     space = result.space
-    for _ in range(_MAX_ROUNDS):
+    previous = spaces.active(conn)
+    for round_ in range(_MAX_ROUNDS):
         if spaces.index_state(conn, space) != "valid":
             raise ModelSwitchError(f"space {space.space_id} has no valid index: run `rag-pipeline space build` again")
-        if space_vectors.flip(conn, space):
+        if round_ == 0 and gate is not None and previous is not None:
+            gate.judge(conn, previous, space, embedder)
+        if space_vectors.flip(conn, space, also=lambda: answer_quality.record_activation(
+                conn, space.space_id, previous.space_id if previous else None,
+                gate.forced if gate else False, gate.figures() if gate else [])):
             return spaces.Space(space.space_id, space.model, space.dimensions, "active")
         drain_backlog(conn, space, embedder, result)
     raise ModelSwitchError(

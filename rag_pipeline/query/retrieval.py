@@ -30,7 +30,7 @@ class RetrievalError(RuntimeError):
 def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int,
              per_page: int | None = 1, filters: SearchFilters = SearchFilters(),
              embedder_for: Callable[[spaces.Space], Embedder] | None = None,
-             mode: Mode | None = None) -> list[Citation]:
+             mode: Mode | None = None, space: spaces.Space | None = None) -> list[Citation]:
     """The ``k`` passages of live pages best for ``question`` by ``mode`` (None: SEARCH_MODE),
     best first, at most ``per_page`` of one page (None: no limit), of pages that pass ``filters``.
 
@@ -38,12 +38,13 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     for answers must not change it, and switching the index's model is `space build`/`activate`.
     The embedder is built only once the index is known to have a space, so an empty index says
     so without loading a model. ``embedder_for`` gives a space's embedder (a long-lived process
-    keeps one per space instead of building it for every question).
+    keeps one per space instead of building it for every question). ``space``: another space than
+    the active one (the gate of `space activate` asks the candidate as search would).
     """
     from rag_pipeline.embedders.factory import make_embedder_for_space
 
     mode = mode or settings.search_mode
-    space = spaces.active(conn)
+    space = space or spaces.active(conn)
     if space is None:
         raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
     config = _text_config(conn, settings) if mode != "vector" else None

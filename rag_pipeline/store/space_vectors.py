@@ -104,10 +104,11 @@ def live_count(conn: psycopg.Connection, space: Space) -> int:
     return conn.execute("SELECT count(*) FROM space_vectors WHERE space_id = %s", (space.space_id,)).fetchone()[0]
 
 
-def flip(conn: psycopg.Connection, space: Space) -> bool:
+def flip(conn: psycopg.Connection, space: Space, also=None) -> bool:
     """Make `space` the one search reads, if nothing is left to give a vector: one short
     transaction that waits for the page switches in flight and holds off new ones for its few
-    milliseconds (they read which spaces to write after it). False: the backlog is not empty."""
+    milliseconds (they read which spaces to write after it). False: the backlog is not empty.
+    ``also()`` runs in the same transaction (the flip's record: both or neither)."""
     with conn.transaction():
         conn.execute("LOCK TABLE chunks IN SHARE ROW EXCLUSIVE MODE")
         if backlog_size(conn, space):
@@ -117,4 +118,6 @@ def flip(conn: psycopg.Connection, space: Space) -> bool:
             "UPDATE embedding_spaces SET status = 'active', activated_at = now() WHERE space_id = %s",
             (space.space_id,),
         )
+        if also is not None:
+            also()
     return True

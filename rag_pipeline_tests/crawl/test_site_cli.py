@@ -116,7 +116,7 @@ def test_a_bad_site_file_is_named_by_check_list_show_and_status_and_the_others_w
 
     (folder / "typo.yaml").write_text(TYPO.replace("sitemap:", "sitemaps:"))
     fixed = CliRunner().invoke(cli, ["site", "check"])
-    assert fixed.exit_code == 0 and fixed.output == "2 site(s) OK, 1 switched off (checked)\n"
+    assert fixed.exit_code == 0 and fixed.output == "2 site(s) OK, 1 switched off (checked), 8 labelled question(s) read\n"
 
 
 OFF_AND_BAD = ("attributes:\n  enabled: false\n  sitemaps: [\"htp://not a url\"]\n  discover_every: 5s\n")
@@ -138,7 +138,7 @@ def test_site_check_judges_a_switched_off_site_and_does_not_count_it_ok(database
                                      .replace("5s", "1h"))
     # docs, and two switched off (the sample site without SAMPLE_SITE_URL, and off): checked, not "OK".
     checked = CliRunner().invoke(cli, ["site", "check"])
-    assert checked.exit_code == 0 and checked.output == "1 site(s) OK, 2 switched off (checked)\n", checked.output
+    assert checked.exit_code == 0 and checked.output == "1 site(s) OK, 2 switched off (checked), 8 labelled question(s) read\n", checked.output
 
 
 def test_show_and_discover_of_an_unknown_site_list_the_same_sites(database_url, monkeypatch, tmp_path):
@@ -251,3 +251,19 @@ def test_a_failed_reading_from_the_cli_says_in_dagster_that_a_shell_made_it(data
     assert not evaluation.passed and evaluation.metadata["read_by"].value == "rag-pipeline site discover"
     assert evaluation.description == (f"read by `rag-pipeline site discover` from a shell: "
                                       f"{site.url('/sitemap.xml')}: answered 404")
+
+
+def test_site_check_reads_each_sites_labelled_questions_and_names_a_bad_line(database_url, monkeypatch, tmp_path):
+    _env(monkeypatch, database_url, None)
+    folder = _sites_dir(tmp_path, monkeypatch, {
+        "docs.yaml": "attributes:\n  seeds: [https://docs.example.com/]\n",
+        "docs.questions.jsonl": '{"question": "Rotate the token?", "url": "/ops", "marker": "WEBHOOK_TOKEN"}\n'
+                                '{"question": "Cost?", "url": "/pricing", "markr": "nine"}\n'})
+    checked = CliRunner().invoke(cli, ["site", "check"])
+    assert checked.exit_code == 1
+    assert checked.output == (f"{folder / 'docs.questions.jsonl'}:2: unknown key 'markr' (a question has question, "
+                              "url, marker, kind)\n")
+    (folder / "docs.questions.jsonl").write_text('{"question": "Rotate the token?", "url": "/ops"}\n')
+    checked = CliRunner().invoke(cli, ["site", "check"])
+    assert checked.exit_code == 0 and checked.output == (
+        "1 site(s) OK, 1 switched off (checked), 9 labelled question(s) read\n"), checked.output
