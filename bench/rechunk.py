@@ -1149,6 +1149,8 @@ def main() -> int:
             print_change(r)
     except KeyboardInterrupt as exc:
         print(f"\ninterrupted ({str(exc) or 'Ctrl-C'}): processes stopped, databases removed", flush=True)
+        for r in results.values():   # the changes that finished before it: what was measured is kept
+            print_change(r)
         status = 130
     finally:
         if args.keep:

@@ -9,9 +9,11 @@ the default of `make run`), so chunks, vectors and the lexical index are the pro
 Each question is asked through `retrieve`, as `search` asks it, in each mode, at passage level
 (`--per-page` unlimited) and with the default one passage a page. A passage answers a question
 when it is of the question's page and its embedded text holds the question's marker. Last line:
-`SEARCH_MODES recall@10 hybrid=… vector=… lexical=… mrr hybrid=… (N questions, M chunks)`.
+`SEARCH_MODES default recall@10=… mrr=… recall@10 hybrid=… vector=… lexical=… mrr hybrid=… (N questions,
+M chunks)`: `default` is what `search` returns without options (SEARCH_MODE, SEARCH_PER_PAGE).
 
-    .venv/bin/python bench/search_modes.py [--vector-weight 1] [--lexical-weight 1] [--rrf-k 60] [--template]
+    .venv/bin/python bench/search_modes.py [--vector-weight 1] [--lexical-weight 1] [--rrf-k 60]
+        [--fusion scores|rrf] [--template]
 
 `--template`: each page wrapped in the site template of bench/template_change.py (navigation,
 section sidebar, cookie banner, build footer) as a full-page crawl delivers it, the docs declared
@@ -43,7 +45,7 @@ from rag_pipeline.embedders.local_embedder import LocalEmbedder  # noqa: E402
 from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline.core.site_spec import SiteSpec  # noqa: E402
-from rag_pipeline.store import answer_quality as quality_store  # noqa: E402
+from rag_pipeline.store import evaluations as quality_store  # noqa: E402
 from rag_pipeline.store import db, sites  # noqa: E402
 
 PAGES_PER_BATCH = 50
@@ -87,6 +89,7 @@ def main() -> int:
     parser.add_argument("--vector-weight", type=float, default=None)
     parser.add_argument("--lexical-weight", type=float, default=None)
     parser.add_argument("--rrf-k", type=int, default=None)
+    parser.add_argument("--fusion", choices=["scores", "rrf"], default=None, help="SEARCH_FUSION (default: the setting's)")
     parser.add_argument("--template", action="store_true", help="pages wrapped in a site template (issue 43)")
     args = parser.parse_args()
     pages = django_docs.corpus(django_docs.fetch())
@@ -101,7 +104,7 @@ def main() -> int:
     with bench_database("bench_search_modes") as url:
         overrides = {k: v for k, v in (("SEARCH_VECTOR_WEIGHT", args.vector_weight),
                                        ("SEARCH_LEXICAL_WEIGHT", args.lexical_weight),
-                                       ("SEARCH_RRF_K", args.rrf_k)) if v is not None}
+                                       ("SEARCH_RRF_K", args.rrf_k), ("SEARCH_FUSION", args.fusion)) if v is not None}
         settings = Settings(DATABASE_URL=url, EMBEDDING_PROVIDER="local", **overrides)
         if args.template:
             with db.connection(url) as conn:
@@ -121,7 +124,9 @@ def main() -> int:
                 raise SystemExit(f"FAILED: {len(unanswerable)} questions have no answering passage in the index")
             retrieve(conn, settings, "warm up", 10, mode="vector", embedder_for=lambda _space: embedder)
             results = {}
-            for per_page, label in ((None, "passages (no limit a page)"), (1, "one passage a page (the default)")):
+            for per_page, label in ((None, "passages (no limit a page)"),
+                                    ("default", f"the default: at most {settings.search_per_page} passages a page"),
+                                    (1, "one passage a page")):
                 print(f"\n{label}:")
                 print(f"  {'mode':<8} {'recall@5':>8} {'recall@10':>9} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}   "
                       "recall@10 by kind")
@@ -134,7 +139,11 @@ def main() -> int:
     best_single = max(results[("vector", None)][1], results[("lexical", None)][1])
     verdict = "≥" if results[("hybrid", None)][1] >= best_single else "<"
     print(f"\nhybrid recall@10 {results[('hybrid', None)][1]:.3f} {verdict} the better single mode's {best_single:.3f}")
-    print(f"SEARCH_MODES{' (template)' if args.template else ''} recall@10 hybrid={results[('hybrid', None)][1]:.3f} vector={results[('vector', None)][1]:.3f} "
+    default = results[(settings.search_mode, "default")]
+    print(f"default search ({settings.search_mode}, fusion {settings.search_fusion}, at most {settings.search_per_page} "
+          f"a page): recall@10 {default[1]:.3f}, MRR {default[2]:.3f}")
+    print(f"SEARCH_MODES{' (template)' if args.template else ''} default recall@10={default[1]:.3f} mrr={default[2]:.3f} "
+          f"recall@10 hybrid={results[('hybrid', None)][1]:.3f} vector={results[('vector', None)][1]:.3f} "
           f"lexical={results[('lexical', None)][1]:.3f} mrr hybrid={results[('hybrid', None)][2]:.3f} "
           f"vector={results[('vector', None)][2]:.3f} lexical={results[('lexical', None)][2]:.3f} "
           f"({len(questions)} questions, {chunks} chunks)")

@@ -153,7 +153,7 @@ def create_app(settings: Settings | None = None, database_url: str | None = None
         from rag_pipeline.store.text_search import lexical_scan
 
         hits, scan, lexical = await served(request, lambda conn: (
-            retrieve(conn, settings, body.question, body.k, per_page=body.per_page, filters=body.filters,
+            retrieve(conn, settings, body.question, body.k, per_page=body.per_page_asked(), filters=body.filters,
                      embedder_for=embedders, mode=body.mode), search_scan(conn), lexical_scan(conn)))
         return {"question": body.question, "vector_scan": scan, "lexical_scan": lexical,
                 "results": [h.as_dict() for h in hits]}

@@ -54,8 +54,13 @@ class _Filtered(BaseModel):
 
 class SearchRequest(_Filtered):
     k: int = Field(5, ge=1, le=100, description="Results wanted.")
-    per_page: int | None = Field(1, ge=1, le=100,
-                                 description="Passages of one page at most (null: no limit); 1 makes every result another source.")
+    per_page: int | None = Field(None, ge=1, le=100, description=(
+        "Passages of one page at most (null: no limit); 1 makes every result another source. "
+        "Left out: SEARCH_PER_PAGE (3)."))
+
+    def per_page_asked(self) -> int | None | Literal["default"]:
+        """What was sent, or "default" when the field was left out (null is sent: no limit)."""
+        return self.per_page if "per_page" in self.model_fields_set else "default"
 
 
 class AskRequest(_Filtered):

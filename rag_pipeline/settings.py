@@ -160,8 +160,14 @@ class Settings(LocationSettings):
     search_text_config: str = Field(default="english", alias="SEARCH_TEXT_CONFIG", pattern=r"^[a-z_][a-z0-9_]*$")
     search_vector_weight: float = Field(default=1.0, alias="SEARCH_VECTOR_WEIGHT", ge=0)
     search_lexical_weight: float = Field(default=1.0, alias="SEARCH_LEXICAL_WEIGHT", ge=0)
-    # Reciprocal rank fusion: a result's share from one list is weight / (SEARCH_RRF_K + rank).
+    # How hybrid fuses its two lists: `scores` (each list's score scaled within the pool, weighted:
+    # a passage first by a wide margin keeps it) or `rrf` (reciprocal rank fusion: a result's share
+    # from one list is weight / (SEARCH_RRF_K + rank)). Chosen by bench/search_modes.py.
+    search_fusion: Literal["scores", "rrf"] = Field(default="scores", alias="SEARCH_FUSION")
     search_rrf_k: int = Field(default=60, alias="SEARCH_RRF_K", ge=1, le=10_000)
+    # Passages of one page at most in `search` and the query API's /search unless asked otherwise:
+    # a page's second and third passages come only when they outrank every other page's best.
+    search_per_page: int = Field(default=3, alias="SEARCH_PER_PAGE", ge=1, le=100)
 
     # Answer quality on a site's labelled questions (questions.jsonl beside its defs.yaml): each
     # site's `answer_quality` asset is evaluated after a batch changed its pages, and at least

@@ -70,11 +70,11 @@ def _filters(max_age: str | None, changed_since: str | None, sites: tuple[str, .
 @click.command()
 @click.argument("question")
 @click.option("--k", "k", default=5, show_default=True, type=click.IntRange(1, 100))
-@click.option("--per-page", "per_page", default=1, show_default=True, type=click.IntRange(1, 100),
-              help="Passages of one page at most: 1 makes every result another source.")
+@click.option("--per-page", "per_page", default=None, type=click.IntRange(1, 100),
+              help="Passages of one page at most: 1 makes every result another source  [default: SEARCH_PER_PAGE, 3]")
 @_retrieval_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def search(question: str, k: int, per_page: int, mode: str | None, max_age: str | None,
+def search(question: str, k: int, per_page: int | None, mode: str | None, max_age: str | None,
            changed_since: str | None, sites: tuple[str, ...], as_json: bool) -> None:
     """Top-k passages of live pages for QUESTION, with their freshness."""
     from rag_pipeline.query.retrieval import RetrievalError, retrieve
@@ -86,7 +86,8 @@ def search(question: str, k: int, per_page: int, mode: str | None, max_age: str 
     with db.connection(url) as conn, _timed_out_is_one_line("search"):
         _bound_statements(conn)
         try:
-            hits = retrieve(conn, get_settings(), question, k, per_page=per_page, filters=filters, mode=mode)
+            hits = retrieve(conn, get_settings(), question, k, per_page=per_page or "default", filters=filters,
+                            mode=mode)
         except RetrievalError as exc:
             raise CliError(str(exc)) from exc
         scan, lexical = spaces.search_scan(conn), text_search.lexical_scan(conn)

@@ -23,7 +23,7 @@ import psycopg
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.ingest import vector_cache
 from rag_pipeline.store import chunks as chunk_store
-from rag_pipeline.store import answer_quality, space_vectors, spaces
+from rag_pipeline.store import evaluations, space_vectors, spaces
 
 if TYPE_CHECKING:
     from rag_pipeline.ingest.activation_gate import Gate
@@ -139,7 +139,7 @@ def activate(conn: psycopg.Connection, embedder: Embedder, gate: "Gate | None" =
             raise ModelSwitchError(f"space {space.space_id} has no valid index: run `rag-pipeline space build` again")
         if round_ == 0 and gate is not None and previous is not None:
             gate.judge(conn, previous, space, embedder)
-        if space_vectors.flip(conn, space, also=lambda: answer_quality.record_activation(
+        if space_vectors.flip(conn, space, also=lambda: evaluations.record_activation(
                 conn, space.space_id, previous.space_id if previous else None,
                 gate.forced if gate else False, gate.figures() if gate else [])):
             return spaces.Space(space.space_id, space.model, space.dimensions, "active")

@@ -1,5 +1,5 @@
 """A labelled question set asked through the one retrieval path, as `search` asks with its
-defaults (SEARCH_MODE, one passage a page), and scored by core/answer_quality.py."""
+defaults (SEARCH_MODE, SEARCH_PER_PAGE), and scored by core/answer_quality.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rag_pipeline.core.answer_quality import Evaluation, Question, answering_key
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.query.retrieval import retrieve
 from rag_pipeline.settings import Settings
-from rag_pipeline.store import answer_quality as store
+from rag_pipeline.store import evaluations as store
 from rag_pipeline.store import spaces
 
 #: recall@K and MRR@K: the ten results a user reads.

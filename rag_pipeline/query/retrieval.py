@@ -28,11 +28,12 @@ class RetrievalError(RuntimeError):
 
 
 def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int,
-             per_page: int | None = 1, filters: SearchFilters = SearchFilters(),
+             per_page: int | None | Literal["default"] = "default", filters: SearchFilters = SearchFilters(),
              embedder_for: Callable[[spaces.Space], Embedder] | None = None,
              mode: Mode | None = None, space: spaces.Space | None = None) -> list[Citation]:
     """The ``k`` passages of live pages best for ``question`` by ``mode`` (None: SEARCH_MODE),
-    best first, at most ``per_page`` of one page (None: no limit), of pages that pass ``filters``.
+    best first, at most ``per_page`` of one page (None: no limit; "default": SEARCH_PER_PAGE), of
+    pages that pass ``filters``.
 
     The question is embedded with the active space's own model, not the configured one: keys set
     for answers must not change it, and switching the index's model is `space build`/`activate`.
@@ -44,6 +45,7 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     from rag_pipeline.embedders.factory import make_embedder_for_space
 
     mode = mode or settings.search_mode
+    per_page = settings.search_per_page if per_page == "default" else per_page
     space = space or spaces.active(conn)
     if space is None:
         raise RetrievalError("the index is empty: no embedding space yet (deliver and index some pages first)")
@@ -58,7 +60,8 @@ def retrieve(conn: psycopg.Connection, settings: Settings, question: str, k: int
     if mode == "vector":
         return search_store.nearest(conn, space, vector, k, ef_search=settings.search_ef_search,
                                     per_page=per_page, filters=filters)
-    fusion = search_store.Fusion(settings.search_vector_weight, settings.search_lexical_weight, settings.search_rrf_k)
+    fusion = search_store.Fusion(settings.search_vector_weight, settings.search_lexical_weight, settings.search_rrf_k,
+                                 settings.search_fusion)
     return search_store.hybrid(conn, space, vector, question, k, config=config, fusion=fusion,
                                ef_search=settings.search_ef_search, per_page=per_page, filters=filters)
 

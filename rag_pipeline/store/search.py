@@ -14,7 +14,7 @@ from psycopg import sql
 
 from rag_pipeline.core.filters import SearchFilters
 from rag_pipeline.core.lexical import any_of, candidate_terms, term_weights, tsquery_term
-from rag_pipeline.core.ranking import best_per_key, fuse_rrf
+from rag_pipeline.core.ranking import best_per_key, fuse_rrf, fuse_scores
 from rag_pipeline.store.spaces import Space
 
 EXCERPT_CHARS = 300
@@ -60,9 +60,10 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return flat[: cut if cut > limit // 2 else limit] + "…"
 
 
-# A page may hold many of the nearest passages: with one result a page, the scan asks for this
-# many times k candidates first, and for more (up to MAX_CANDIDATES) while pages repeat.
-CANDIDATES_PER_RESULT = 4
+# Candidates each list starts from, whatever k is asked (k is at most 100): the first results
+# never depend on how many are asked for. While pages repeat past `per_page`, the pool grows
+# fourfold (up to MAX_CANDIDATES), and only what the first pool did not decide is taken from it.
+CANDIDATE_POOL = 100
 MAX_CANDIDATES = 4000
 
 
@@ -82,7 +83,14 @@ def lexical(conn: psycopg.Connection, question: str, k: int, *, config: str, per
     """The k chunks of live pages that hold the question's words, the rarer words counting more
     (over the GIN index of `chunks.text_search`; ``config`` its text search configuration)."""
     terms = _terms(conn, question, config)
-    return _collect(lambda limit: _full(_text_scan(conn, terms, limit, filters), limit), k, per_page)
+
+    def scan(limit: int) -> tuple[list[Citation], bool]:
+        hits = _text_scan(conn, terms, limit, filters)
+        scores = _lexical_scores(conn, terms, config, hits)
+        ranked = sorted(hits, key=lambda c: -scores.get(c.key, 0.0))   # stable: the scan's order breaks ties
+        return [replace(c, score=scores.get(c.key, c.score)) for c in ranked], len(hits) < limit
+
+    return _collect(scan, k, per_page)
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class Fusion:
     vector_weight: float = 1.0
     lexical_weight: float = 1.0
     rrf_k: int = 60
+    method: str = "scores"      # or "rrf": reciprocal rank fusion (SEARCH_FUSION)
 
 
 def hybrid(conn: psycopg.Connection, space: Space, query_vector, question: str, k: int, *, config: str,
@@ -103,20 +112,28 @@ def hybrid(conn: psycopg.Connection, space: Space, query_vector, question: str, 
     def fused(limit: int) -> tuple[list[Citation], bool]:
         near = _scan(conn, space, vec, limit, ef_search, filters)
         matched = _text_scan(conn, terms, limit, filters)
-        # A passage holding the words that the vector scan should have returned (as near as what it
-        # did return: an approximate scan's miss, or a tie cut at the limit) takes its place there.
-        # One farther away stays out: it would push down what only the meaning finds.
+        exhausted = len(near) < limit and len(matched) < limit
         seen = {c.key for c in near}
-        if near:
-            bound = near[-1].distance
-            missed = [c for c in _distances(conn, space, vec, [c for c in matched if c.key not in seen])
-                      if c.distance <= bound]
-            near = sorted(near + missed, key=lambda c: c.distance)
-        by_key = {c.key: c for c in matched} | {c.key: c for c in near}
-        ranked = fuse_rrf([[(c.key, -c.distance) for c in near], [(c.key, c.score) for c in matched]],
-                          [fusion.vector_weight, fusion.lexical_weight], fusion.rrf_k)
-        hits = [replace(by_key[key], score=score) for key, score in ranked if score > 0]
-        return hits, len(near) < limit and len(matched) < limit
+        if fusion.method == "rrf":
+            # A passage holding the words that the vector scan should have returned (as near as what it
+            # did return: an approximate scan's miss, or a tie cut at the limit) takes its place there.
+            # One farther away stays out: it would push down what only the meaning finds.
+            if near:
+                bound = near[-1].distance
+                missed = [c for c in _distances(conn, space, vec, [c for c in matched if c.key not in seen])
+                          if c.distance <= bound]
+                near = sorted(near + missed, key=lambda c: c.distance)
+            by_key = {c.key: c for c in matched} | {c.key: c for c in near}
+            ranked = fuse_rrf([[(c.key, -c.distance) for c in near], [(c.key, c.score) for c in matched]],
+                              [fusion.vector_weight, fusion.lexical_weight], fusion.rrf_k)
+            return [replace(by_key[key], score=score) for key, score in ranked if score > 0], exhausted
+        # Scores: every candidate of either list with both its exact distance and its words' score.
+        pool = near + _distances(conn, space, vec, [c for c in matched if c.key not in seen])
+        words = _lexical_scores(conn, terms, config, pool)
+        by_key = {c.key: c for c in pool}
+        ranked = fuse_scores([(c.key, 1.0 - c.distance, words.get(c.key)) for c in pool],
+                             fusion.vector_weight, fusion.lexical_weight)
+        return [replace(by_key[key], score=score) for key, score in ranked], exhausted
 
     return _collect(fused, k, per_page)
 
@@ -134,18 +151,20 @@ def _full(hits: list[Citation], limit: int) -> tuple[list[Citation], bool]:
 
 def _collect(scan: Callable[[int], tuple[list[Citation], bool]], k: int, per_page: int | None) -> list[Citation]:
     """The first k of ``scan`` (candidates best first, and whether it has no more), at most
-    ``per_page`` of one page: asks for more candidates while pages repeat."""
+    ``per_page`` of one page. Prefix-stable: the results for k are the first of those for any
+    larger k (a bigger pool, needed when pages repeat, adds results after those the first pool
+    decided and never reorders them)."""
     if k < 1:
         raise ValueError("k must be at least 1")
-    limit = k if per_page is None else k * CANDIDATES_PER_RESULT
+    limit = max(CANDIDATE_POOL, k)
+    out: list[Citation] = []
     while True:
         hits, exhausted = scan(limit)
-        if per_page is None:
-            return hits[:k]
-        best = best_per_key(hits, lambda c: c.page_url, per_page, k)
-        if len(best) == k or exhausted or limit >= MAX_CANDIDATES:
-            return best
-        limit = min(MAX_CANDIDATES, limit * CANDIDATES_PER_RESULT)
+        taken = {c.key for c in out}
+        out = best_per_key(out + [c for c in hits if c.key not in taken], lambda c: c.page_url, per_page or k, k)
+        if len(out) == k or exhausted or limit >= MAX_CANDIDATES:
+            return out
+        limit = min(MAX_CANDIDATES, limit * 4)
 
 
 def _scan(conn: psycopg.Connection, space: Space, vec: np.ndarray, limit: int, ef_search: int | None,
@@ -189,6 +208,45 @@ def _distances(conn: psycopg.Connection, space: Space, vec: np.ndarray, hits: li
     found = {(url, index): float(distance) for url, index, distance in rows}
     return [replace(h, distance=found[(h.page_url, h.chunk_index)]) for h in hits
             if (h.page_url, h.chunk_index) in found]
+
+
+# A question's word in a passage's own heading (a section it opens: `### ``inspectdb```) counts
+# this many times its weight more, and in the headings above it (its breadcrumb) half that: the
+# passage that a section about the word starts with is its definition, more often than the
+# passages that mention it (BM25F's field weights, on the two fields a chunk has).
+HEADING_WEIGHT = 1.0
+BREADCRUMB_WEIGHT = 0.5
+
+
+def _lexical_scores(conn: psycopg.Connection, terms: "_Terms", config: str, hits: list[Citation]) -> dict[str, float]:
+    """The words' score of each of ``hits`` (the held words' weights, plus ts_rank_cd, plus the
+    weights of those its headings hold): one statement for the pool. Passages holding none of
+    the words are left out."""
+    if not hits or not terms.weights:
+        return {}
+    rows = conn.execute(sql.SQL(
+        "SELECT p.url, c.chunk_index, held.weight + ts_rank_cd(c.text_search, held.words, 1)"
+        "  + %(heading)s * held.in_own + %(crumb)s * held.in_above"
+        " FROM unnest(%(urls)s::text[], %(idx)s::int[]) AS h (url, chunk_index)"
+        " JOIN pages p ON p.url = h.url JOIN chunks c ON c.page_id = p.page_id AND c.chunk_index = h.chunk_index"
+        # Its headings' words, made once a passage: those it opens (`#` lines of its content) and
+        # those above it (the breadcrumb line its embedded text starts with, when it has one).
+        " CROSS JOIN LATERAL (SELECT"
+        "   to_tsvector({config}, coalesce((SELECT string_agg(m[1], ' ')"
+        "     FROM regexp_matches(c.content, '^#+\\s+(.*)$', 'gn') m), '')) AS own,"
+        "   to_tsvector({config}, CASE WHEN starts_with(c.embed_text, split_part(c.content, E'\\n', 1)) THEN ''"
+        "     ELSE split_part(c.embed_text, E'\\n', 1) END) AS above) hd"
+        " CROSS JOIN LATERAL (SELECT sum(t.weight) AS weight, string_agg(t.term::text, ' | ')::tsquery AS words,"
+        "                            coalesce(sum(t.weight) FILTER (WHERE hd.own @@ t.term), 0) AS in_own,"
+        "                            coalesce(sum(t.weight) FILTER (WHERE hd.above @@ t.term), 0) AS in_above"
+        "                     FROM unnest(%(terms)s::tsquery[], %(weights)s::float8[]) t (term, weight)"
+        "                     WHERE c.text_search @@ t.term) held"
+        " WHERE held.weight IS NOT NULL"
+    ).format(config=sql.Literal(config)), {
+        "terms": [tsquery_term(w) for w in terms.weights], "weights": list(terms.weights.values()),
+        "heading": HEADING_WEIGHT, "crumb": BREADCRUMB_WEIGHT,
+        "urls": [h.page_url for h in hits], "idx": [h.chunk_index for h in hits]}).fetchall()
+    return {f"{url}#{index}": float(score) for url, index, score in rows}
 
 
 def _where(filters: SearchFilters) -> tuple[sql.Composable, dict]:

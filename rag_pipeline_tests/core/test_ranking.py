@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pipeline.core.ranking import best_per_key, fuse_rrf
+from rag_pipeline.core.ranking import LEXICAL_POWER, best_per_key, fuse_rrf, fuse_scores
 
 
 @given(st.lists(st.sampled_from("abcdef"), max_size=60), st.integers(1, 4), st.integers(1, 12))
@@ -56,3 +56,28 @@ def test_a_list_that_ties_everything_leaves_the_other_lists_order(a, b):
 def test_rrf_refuses_mismatched_weights():
     with pytest.raises(ValueError):
         fuse_rrf([[("a", 1.0)]], [1.0, 2.0])
+
+
+def test_score_fusion_keeps_a_wide_lead_that_rank_fusion_loses():
+    # "exact": first by words by far, past the vector list's top three; "middling": second in both.
+    pool = [("near", 0.80, 2.0), ("middling", 0.79, 4.0), ("exact", 0.70, 20.0), ("far", 0.60, None)]
+    fused = fuse_scores(pool, 1.0, 1.0)
+    assert [key for key, _ in fused][:2] == ["exact", "near"]
+    rrf = fuse_rrf([[("near", 0.8), ("middling", 0.79), ("far", 0.6)], [("exact", 20.0), ("middling", 4.0)]],
+                   [1.0, 1.0], 60)
+    assert rrf[0][0] == "middling"      # ranks alone: second in both beats first by far in one
+    scores = dict(fused)
+    assert scores["exact"] == pytest.approx((0.5 + 1.0) / 2)          # sim (0.7-0.6)/(0.8-0.6), words 1
+    assert scores["far"] == 0.0 and scores["near"] == pytest.approx((1.0 + (2 / 20) ** LEXICAL_POWER) / 2)
+
+
+def test_score_fusion_weights_and_edges():
+    pool = [("a", 0.9, None), ("b", 0.5, 10.0)]
+    assert [k for k, _ in fuse_scores(pool, 1.0, 0.0)] == ["a", "b"]    # meaning alone
+    assert [k for k, _ in fuse_scores(pool, 0.0, 1.0)] == ["b", "a"]    # words alone
+    assert fuse_scores([("x", 0.5, None), ("y", 0.5, None)], 1.0, 1.0) == [("x", 0.5), ("y", 0.5)]
+    assert fuse_scores([], 1.0, 1.0) == []
+    with pytest.raises(ValueError):
+        fuse_scores(pool, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        fuse_scores(pool, -1.0, 1.0)

@@ -9,7 +9,7 @@ import pytest
 
 from rag_pipeline.defs.quality.site_quality import QUALITY_CHECK, quality_due
 from rag_pipeline.ingest.routing import route_batch
-from rag_pipeline.store import answer_quality as store
+from rag_pipeline.store import evaluations as store
 from rag_pipeline_tests import quality_corpus as corpus
 from rag_pipeline_tests.harness import configure, evaluate_sensor, load_defs
 from rag_pipeline_tests.ingest.pagework import MAX, CountingEmbedder, index, put

@@ -106,12 +106,15 @@ def test_the_cli_takes_a_mode_and_the_lexical_index_follows_its_configuration(db
     assert refused.exit_code == 1 and "SEARCH_TEXT_CONFIG='klingon'" in refused.output and "english" in refused.output
 
 
-def test_each_passage_is_ranked_by_the_words_it_holds_as_by_the_whole_question(db_conn):
+def test_each_passage_is_ranked_by_the_words_it_holds_as_by_the_whole_question(db_conn, monkeypatch):
     """The lexical rank gives ts_rank_cd only the question's words a passage holds (its cost grows
     with the words it is given: a 280-word question took 2 ms a passage); the scores are those of
-    the whole question ORed, to the bit, for a short question and for one of 280 words."""
+    the whole question ORed, to the bit, for a short question and for one of 280 words (headings
+    weighing nothing here: they add their words' weights on top, tested below)."""
     from rag_pipeline.core.lexical import any_of, tsquery_term
 
+    monkeypatch.setattr(search, "HEADING_WEIGHT", 0.0)
+    monkeypatch.setattr(search, "BREADCRUMB_WEIGHT", 0.0)
     conn, _ = db_conn
     filler = " ".join(f"zq{n:03d}x" for n in range(270))        # words no passage holds
     for question in ("What does connection error code E117 mean?",
@@ -129,3 +132,33 @@ def test_each_passage_is_ranked_by_the_words_it_holds_as_by_the_whole_question(d
         assert len(hits) == len(whole) > 1
         assert [h.score for h in hits] == sorted(whole.values(), reverse=True)
         assert {chunk_id[(h.page_url, h.chunk_index)]: h.score for h in hits} == whole
+
+
+DEFINED = "https://docs.example.com/settings"
+
+
+def test_the_passage_whose_heading_names_the_word_comes_before_those_that_list_it(database_url, monkeypatch):
+    """A setting's own section, not the topical index that lists its name (nor a neighbour)."""
+    embedder = HashEmbedder(dimensions=64)
+    sections = ["# Settings", "## Topical index\n\n* ``CACHE_TTL``\n* ``CACHE_SIZE``\n* ``CACHE_DIR``"]
+    for name, text in (("CACHE_DIR", "Where cached files go."), ("CACHE_SIZE", "How many entries are kept."),
+                       ("CACHE_TTL", "How long an entry lives, in seconds, before it is read again.")):
+        sections.append(f"## ``{name}``\n\nDefault: none.\n\n{text}")
+    with db.connection(database_url) as conn:
+        conn.autocommit = True
+        put(conn, DEFINED, "\n\n".join(sections))
+        route_batch(conn, 100, MAX)
+        index(conn, DEFINED, embedder, max_tokens=24, overlap=0)
+        space = spaces.active(conn)
+        question = "What is the CACHE_TTL setting for?"
+        vector = embedder.embed([question]).vectors[0]
+
+        def first(mode: str) -> str:
+            hits = (search.lexical(conn, question, 3, config="english", per_page=None) if mode == "lexical" else
+                    search.hybrid(conn, space, vector, question, 3, config="english", per_page=None))
+            return hits[0].content
+
+        assert first("lexical").startswith("## ``CACHE_TTL``") and first("hybrid").startswith("## ``CACHE_TTL``")
+        monkeypatch.setattr(search, "HEADING_WEIGHT", 0.0)
+        monkeypatch.setattr(search, "BREADCRUMB_WEIGHT", 0.0)
+        assert first("lexical").startswith("* ``CACHE_TTL``\n* ``CACHE_SIZE``")   # the premise: words alone pick the list

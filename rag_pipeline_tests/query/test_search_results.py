@@ -62,12 +62,38 @@ def test_the_cli_collapses_by_page_and_takes_per_page(db_conn, database_url, mon
     get_settings.cache_clear()
     import json
 
+    # By default (SEARCH_PER_PAGE), at most three passages of one page, each earning its place.
     shown = CliRunner().invoke(cli, ["search", "kestrel nesting ledge faces east", "--k", "6", "--json"])
     assert shown.exit_code == 0, shown.output
     urls = [r["url"] for r in json.loads(shown.output)["results"]]
+    assert len(urls) == 6 and Counter(urls)[KESTREL] == 3
+    one = CliRunner().invoke(cli, ["search", "kestrel nesting ledge faces east", "--k", "6", "--per-page", "1",
+                                   "--json"])
+    urls = [r["url"] for r in json.loads(one.output)["results"]]
     assert len(urls) == 6 and len(set(urls)) == 6
+    monkeypatch.setenv("SEARCH_PER_PAGE", "1")
+    get_settings.cache_clear()
+    shown = CliRunner().invoke(cli, ["search", "kestrel nesting ledge faces east", "--k", "6", "--json"])
+    assert len({r["url"] for r in json.loads(shown.output)["results"]}) == 6
     more = CliRunner().invoke(cli, ["search", "kestrel nesting ledge faces east", "--k", "6", "--per-page", "6",
                                     "--json"])
     assert Counter(r["url"] for r in json.loads(more.output)["results"])[KESTREL] > 1
     bad = CliRunner().invoke(cli, ["search", "kestrel", "--per-page", "0"])
     assert bad.exit_code == 2 and "--per-page" in bad.output
+
+
+@pytest.mark.parametrize("per_page", [1, 3, None])
+def test_the_first_results_do_not_depend_on_how_many_are_asked_for(db_conn, per_page):
+    embedder = _index(db_conn)
+    space = spaces.active(db_conn)
+    question = "kestrel nesting ledge faces east with pigeons"
+    query = embedder.embed([question]).vectors[0]
+    config = "english"
+    for mode, ask in [("vector", lambda k: search.nearest(db_conn, space, query, k, per_page=per_page)),
+                      ("lexical", lambda k: search.lexical(db_conn, question, k, config=config, per_page=per_page)),
+                      ("hybrid", lambda k: search.hybrid(db_conn, space, query, question, k, config=config,
+                                                         per_page=per_page))]:
+        widest = [h.key for h in ask(20)]
+        assert len(widest) == (13 if per_page == 1 else 20), mode
+        for k in (1, 2, 5, 10, 13):
+            assert [h.key for h in ask(k)] == widest[:k], (mode, k)

@@ -19,7 +19,7 @@ from rag_pipeline.core.one_line import shorten
 from rag_pipeline.core.site_spec import SiteSpec
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.query.evaluation import K, evaluate
-from rag_pipeline.store import answer_quality as store
+from rag_pipeline.store import evaluations as store
 from rag_pipeline.store import spaces
 
 QUALITY_CHECK = "answer_quality_holds"
