@@ -17,6 +17,7 @@ import dagster as dg
 from rag_pipeline.core.answer_quality import Evaluation, QuestionsError, regressed
 from rag_pipeline.core.one_line import shorten
 from rag_pipeline.core.site_spec import SiteSpec
+from rag_pipeline.defs.index.bulk_index import PENDING_STATUSES
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.query.evaluation import K, evaluate
 from rag_pipeline.store import evaluations as store
@@ -30,8 +31,6 @@ SETTLE_S = 30
 QUALITY_INTERVAL_S = 60
 # Failing questions listed in the materialization (all of them are in answer_evaluations).
 SHOWN_FAILURES = 25
-_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-            dg.DagsterRunStatus.STARTED]
 
 
 def quality_key(site: str) -> dg.AssetKey:
@@ -161,7 +160,7 @@ def quality_sensor(spec: SiteSpec, job) -> dg.SensorDefinition:
         if reason is None:
             said = "no page indexed yet" if changed is None else "evaluated since its pages last changed"
             return dg.SensorResult(skip_reason=dg.SkipReason(f"{spec.name}: {said}"))
-        records = context.instance.get_run_records(dg.RunsFilter(job_name=job.name, statuses=_PENDING), limit=1)
+        records = context.instance.get_run_records(dg.RunsFilter(job_name=job.name, statuses=PENDING_STATUSES), limit=1)
         if records:
             return dg.SensorResult(skip_reason=dg.SkipReason(
                 f"{spec.name}: due ({reason}), but run {records[0].dagster_run.run_id[:8]} has not ended"))
