@@ -57,57 +57,13 @@ def _rest_page(rng: random.Random) -> str:
     return "\n".join(parts)
 
 
-def test_an_indented_page_is_tokenized_about_once_and_a_half(monkeypatch: pytest.MonkeyPatch) -> None:
-    encoding = tokens.encoding()
-    tokenized = [0]
-
-    class Counting:
-        def encode_ordinary(self, text: str) -> list[int]:
-            tokenized[0] += len(text)
-            return encoding.encode_ordinary(text)
-
-        def __getattr__(self, name: str):
-            return getattr(encoding, name)
-
-    counting = Counting()
-    for module in (tokens, chunking, embed_text):
-        monkeypatch.setattr(module, "encoding", lambda: counting)
-    pages = [_rest_page(random.Random(seed)) for seed in range(8)]
-    for page in pages:
-        assert "".join(c.content for c in chunk_markdown(page, 512, 64)) == page
-    assert tokenized[0] <= 2.0 * sum(map(len, pages)), tokenized[0] / sum(map(len, pages))
-
-
-def test_an_oversized_block_is_not_counted_again_before_it_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A release note's list: one block of ~6,000 tokens, cut at its lines.
-    encoding = tokens.encoding()
-    tokenized = [0]
-
-    class Counting:
-        def encode_ordinary(self, text: str) -> list[int]:
-            tokenized[0] += len(text)
-            return encoding.encode_ordinary(text)
-
-        def __getattr__(self, name: str):
-            return getattr(encoding, name)
-
-    counting = Counting()
-    for module in (tokens, chunking, embed_text):
-        monkeypatch.setattr(module, "encoding", lambda: counting)
-    rng = random.Random(3)
-    words = "fix the salt master minion state file pillar grains returns module config".split()
-    page = "# Changelog\n\n" + "\n".join(f"- **PR** `#{rng.randint(1000, 60000)}`: ({rng.choice(words)}) "
-                                         + " ".join(rng.choice(words) for _ in range(12)) for _ in range(300)) + "\n"
-    chunks = chunk_markdown(page, 512, 64)
-    assert len(chunks) > 10 and "".join(c.content for c in chunks) == page
-    assert tokenized[0] <= 3.0 * len(page), tokenized[0] / len(page)
-
-
-def test_a_breadcrumb_the_chunks_of_a_section_share_is_counted_once_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
+def _record_tokenized(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text the chunker tokenizes from now on, in order (the encoding wrapped where the
+    chunker, the token counts and the breadcrumbs look it up)."""
     encoding = tokens.encoding()
     seen: list[str] = []
 
-    class Counting:
+    class Recording:
         def encode_ordinary(self, text: str) -> list[int]:
             seen.append(text)
             return encoding.encode_ordinary(text)
@@ -115,9 +71,34 @@ def test_a_breadcrumb_the_chunks_of_a_section_share_is_counted_once_a_page(monke
         def __getattr__(self, name: str):
             return getattr(encoding, name)
 
-    counting = Counting()
+    recording = Recording()
     for module in (tokens, chunking, embed_text):
-        monkeypatch.setattr(module, "encoding", lambda: counting)
+        monkeypatch.setattr(module, "encoding", lambda: recording)
+    return seen
+
+
+def test_an_indented_page_is_tokenized_about_once_and_a_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _record_tokenized(monkeypatch)
+    pages = [_rest_page(random.Random(seed)) for seed in range(8)]
+    for page in pages:
+        assert "".join(c.content for c in chunk_markdown(page, 512, 64)) == page
+    assert sum(map(len, seen)) <= 2.0 * sum(map(len, pages)), sum(map(len, seen)) / sum(map(len, pages))
+
+
+def test_an_oversized_block_is_not_counted_again_before_it_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A release note's list: one block of ~6,000 tokens, cut at its lines.
+    seen = _record_tokenized(monkeypatch)
+    rng = random.Random(3)
+    words = "fix the salt master minion state file pillar grains returns module config".split()
+    page = "# Changelog\n\n" + "\n".join(f"- **PR** `#{rng.randint(1000, 60000)}`: ({rng.choice(words)}) "
+                                         + " ".join(rng.choice(words) for _ in range(12)) for _ in range(300)) + "\n"
+    chunks = chunk_markdown(page, 512, 64)
+    assert len(chunks) > 10 and "".join(c.content for c in chunks) == page
+    assert sum(map(len, seen)) <= 3.0 * len(page), sum(map(len, seen)) / len(page)
+
+
+def test_a_breadcrumb_the_chunks_of_a_section_share_is_counted_once_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _record_tokenized(monkeypatch)
     rng = random.Random(4)
     words = "state file pillar grains returns module config master minion".split()
     body = "\n\n".join(" ".join(rng.choice(words) for _ in range(60)) + "." for _ in range(40))
