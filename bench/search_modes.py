@@ -39,13 +39,13 @@ from bench.database import bench_database  # noqa: E402
 from bench.loading import apply_pages  # noqa: E402
 from bench.labelled import django_docs  # noqa: E402
 from bench.search_quality import pct  # noqa: E402
-from rag_pipeline.core.answer_quality import Question, answering_keys, plain  # noqa: E402
+from rag_pipeline.core.answer_quality import Question, plain  # noqa: E402
 from rag_pipeline.core.urls import normalize_url  # noqa: E402
 from rag_pipeline.embedders.local_embedder import LocalEmbedder  # noqa: E402
+from rag_pipeline.query.evaluation import answers  # noqa: E402
 from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline.core.site_spec import SiteSpec  # noqa: E402
-from rag_pipeline.store import evaluations as quality_store  # noqa: E402
 from rag_pipeline.store import db, sites  # noqa: E402
 
 PAGES_PER_BATCH = 50
@@ -60,8 +60,7 @@ def answering(conn, questions: list[django_docs.Question]) -> dict[int, set[str]
     """Question number → the keys (page#chunk) of the passages that answer it, by the rules of
     the product's own evaluations (core/answer_quality.py)."""
     labelled = [Question(q.question, normalize_url(q.url), plain(q.marker), q.kind) for q in questions]
-    truth = answering_keys(labelled, quality_store.passages_of(conn, [q.url for q in labelled]))
-    return dict(enumerate(truth))
+    return dict(enumerate(answers(conn, labelled)))
 
 
 def measure(conn, settings, embedder, questions, truth, mode, per_page):

@@ -10,13 +10,11 @@ from rag_pipeline.crawl.guarded_http import guarded_client
 from rag_pipeline.crawl.robots_cache import RobotsCache
 from rag_pipeline.crawl.template_learning import Learning, learn_site
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
+from rag_pipeline.defs.unended_runs import unended_run
 from rag_pipeline.settings import Settings
 from rag_pipeline.store import sites as store
 
 DISCOVERY_CHECK = "discovery_read_cleanly"
-# A reading in flight in one of these states: the sensor requests no second one.
-_PENDING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-            dg.DagsterRunStatus.STARTED]
 
 
 def discovery_key(site: str) -> dg.AssetKey:
@@ -133,10 +131,10 @@ def discovery_sensor(spec: SiteSpec, job, interval_s: int) -> dg.SensorDefinitio
                 links = not due and spec.link_depth > 0 and store.links_pending(conn, spec.name, spec.link_depth)
         if not due and not links:
             return dg.SensorResult(skip_reason=dg.SkipReason(f"{spec.name}: no reading due"))
-        records = context.instance.get_run_records(dg.RunsFilter(job_name=job.name, statuses=_PENDING), limit=1)
-        if records:
+        running = unended_run(context.instance, job.name)
+        if running:
             return dg.SensorResult(skip_reason=dg.SkipReason(
-                f"{spec.name}: a reading is due, but run {records[0].dagster_run.run_id[:8]} has not ended"))
+                f"{spec.name}: a reading is due, but run {running} has not ended"))
         return dg.SensorResult(run_requests=[dg.RunRequest(run_key=None, tags={"rag/site": spec.name})])
 
     return _sensor

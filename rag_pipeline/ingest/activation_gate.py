@@ -18,10 +18,6 @@ from rag_pipeline.store import spaces
 class GateRefused(RuntimeError):
     """The candidate answers worse; the message holds the figures, a line a question set."""
 
-    def __init__(self, message: str, rows: list[GateRow]):
-        super().__init__(message)
-        self.rows = rows
-
 
 def label(space: spaces.Space) -> str:
     return f"space {space.space_id} ({space.model})"
@@ -42,14 +38,13 @@ class Gate:
         """Both spaces asked every set; GateRefused when the candidate loses more than the margin
         on one (unless forced)."""
         from rag_pipeline.embedders.factory import make_embedder_for_space
-        from rag_pipeline.query.evaluation import evaluate
+        from rag_pipeline.query.evaluation import answers, evaluate
 
         active_embedder = make_embedder_for_space(self.settings, active)
         for name, questions in sorted(self.question_sets.items()):
-            self.rows.append(GateRow(
-                name,
-                evaluate(conn, self.settings, questions, space=active, embedder_for=lambda _s: active_embedder),
-                evaluate(conn, self.settings, questions, space=candidate, embedder_for=lambda _s: candidate_embedder)))
+            truth = answers(conn, questions)
+            self.rows.append(GateRow(name, evaluate(conn, self.settings, questions, truth, active, active_embedder),
+                                     evaluate(conn, self.settings, questions, truth, candidate, candidate_embedder)))
         self.lines = gate_lines(self.rows, label(active), label(candidate), self.margin)
         down = refused(self.rows, self.margin)
         if down and not self.force:
@@ -57,7 +52,7 @@ class Gate:
             raise GateRefused(
                 f"refused: {label(candidate)} answers worse than {label(active)} on {names} "
                 f"(recall@{self.rows[0].active.k} down more than SPACE_GATE_MARGIN {self.margin}); nothing "
-                "changed. --force switches anyway (recorded).\n" + "\n".join(self.lines), self.rows)
+                "changed. --force switches anyway (recorded).\n" + "\n".join(self.lines))
         self.forced = bool(down)
 
     def figures(self) -> list[dict]:

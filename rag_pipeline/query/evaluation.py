@@ -3,8 +3,6 @@ defaults (SEARCH_MODE, SEARCH_PER_PAGE), and scored by core/answer_quality.py.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import psycopg
 
 from rag_pipeline.core.answer_quality import Evaluation, Question, answering_keys, score
@@ -18,22 +16,15 @@ from rag_pipeline.store import spaces
 K = 10
 
 
-def evaluate(conn: psycopg.Connection, settings: Settings, questions: list[Question], *,
-             space: spaces.Space | None = None, k: int = K,
-             embedder_for: Callable[[spaces.Space], Embedder] | None = None) -> Evaluation:
-    """``questions`` asked of ``space`` (None: the active one). A stale question (its page holds
-    no passage with its marker) is not asked."""
-    if embedder_for is None:
-        from rag_pipeline.embedders.factory import make_embedder_for_space
+def answers(conn: psycopg.Connection, questions: list[Question]) -> list[set[str]]:
+    """Each question's answering passages, read once a set (the same whatever space is asked)."""
+    return answering_keys(questions, store.passages_of(conn, [q.url for q in questions]))
 
-        built: dict[int, Embedder] = {}
 
-        def embedder_for(s: spaces.Space) -> Embedder:   # one model load for the whole set
-            if s.space_id not in built:
-                built[s.space_id] = make_embedder_for_space(settings, s)
-            return built[s.space_id]
-
-    truth = answering_keys(questions, store.passages_of(conn, [q.url for q in questions]))
-    ranked = [[c.key for c in retrieve(conn, settings, q.question, k, space=space, embedder_for=embedder_for)]
-              if answers else [] for q, answers in zip(questions, truth, strict=True)]
+def evaluate(conn: psycopg.Connection, settings: Settings, questions: list[Question], truth: list[set[str]],
+             space: spaces.Space, embedder: Embedder, k: int = K) -> Evaluation:
+    """``questions`` asked of ``space``, its questions embedded by ``embedder``. A stale question
+    (``truth`` empty: its page holds no passage with its marker) is not asked."""
+    ranked = [[c.key for c in retrieve(conn, settings, q.question, k, space=space, embedder_for=lambda _s: embedder)]
+              if held else [] for q, held in zip(questions, truth, strict=True)]
     return score(questions, truth, ranked, k)

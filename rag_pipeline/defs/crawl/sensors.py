@@ -11,6 +11,7 @@ from rag_pipeline.crawl.site_cadences import load_site_rules
 from rag_pipeline.defs.crawl.checks import health_outcomes, to_evaluation
 from rag_pipeline.defs.crawl.jobs import CLAIM_LEASE, cadence_refresh_job, push_job, push_run_config
 from rag_pipeline.defs.resources import CrawlerResource, PostgresResource, SettingsResource
+from rag_pipeline.defs.unended_runs import unended_run
 from rag_pipeline.settings import at_load
 from rag_pipeline.store import pushes, schedule
 
@@ -86,9 +87,7 @@ def push_due_pages(context: dg.SensorEvaluationContext, postgres: PostgresResour
 
 def _pending_refresh(instance: dg.DagsterInstance) -> str | None:
     """The id of a refresh run not ended yet, if any."""
-    records = instance.get_run_records(
-        dg.RunsFilter(job_name=cadence_refresh_job.name, statuses=_REFRESH_PENDING), limit=1)
-    return records[0].dagster_run.run_id[:8] if records else None
+    return unended_run(instance, cadence_refresh_job.name, _REFRESH_PENDING)
 
 
 @dg.sensor(

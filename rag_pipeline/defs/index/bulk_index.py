@@ -10,6 +10,7 @@ import psycopg
 
 from rag_pipeline.core.bulk_load import IndexPolicy, backlog_rows, chars_per_vector, rechunk_backlog
 from rag_pipeline.defs.resources import PostgresResource, SettingsResource
+from rag_pipeline.defs.unended_runs import unended_run
 from rag_pipeline.store import deliveries, rechunks, spaces, text_search
 
 SPACE_INDEX_JOB = "space_index"
@@ -21,8 +22,6 @@ DROP_LOCK_TIMEOUT = "5s"
 # within this long: one turned off half-way stops keeping the indexes away after it.
 RECHUNK_SEEN_S = 300.0
 # A run in one of these states is still to come or under way (a build: no second one is requested).
-PENDING_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-            dg.DagsterRunStatus.STARTED]
 
 
 @dg.op(out={}, tags={"kind": "pgvector"})
@@ -133,7 +132,7 @@ def index_upkeep(instance: dg.DagsterInstance, conn, settings, *,
 
 def _pending(instance: dg.DagsterInstance) -> bool:
     """Whether a space_index run is queued or under way."""
-    return bool(instance.get_run_records(dg.RunsFilter(job_name=SPACE_INDEX_JOB, statuses=PENDING_STATUSES), limit=1))
+    return unended_run(instance, SPACE_INDEX_JOB) is not None
 
 
 @dg.definitions

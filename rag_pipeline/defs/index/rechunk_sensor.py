@@ -14,9 +14,10 @@ import dagster as dg
 
 from rag_pipeline.core.chunking import chunker_signature
 from rag_pipeline.defs.index.batch_runs import index_batch, pages_of, request_batches
-from rag_pipeline.defs.index.bulk_index import PENDING_STATUSES, index_upkeep
+from rag_pipeline.defs.index.bulk_index import index_upkeep
 from rag_pipeline.defs.index.rechunk_plan import record_plan
 from rag_pipeline.defs.index.sensors import location_holds
+from rag_pipeline.defs.unended_runs import PENDING_STATUSES
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest.backfill import plan_lines
 from rag_pipeline.store import pages, rechunks, spaces

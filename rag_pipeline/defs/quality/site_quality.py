@@ -17,9 +17,9 @@ import dagster as dg
 from rag_pipeline.core.answer_quality import Evaluation, QuestionsError, regressed
 from rag_pipeline.core.one_line import shorten
 from rag_pipeline.core.site_spec import SiteSpec
-from rag_pipeline.defs.index.bulk_index import PENDING_STATUSES
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
-from rag_pipeline.query.evaluation import K, evaluate
+from rag_pipeline.defs.unended_runs import unended_run
+from rag_pipeline.query.evaluation import K, answers, evaluate
 from rag_pipeline.store import evaluations as store
 from rag_pipeline.store import spaces
 
@@ -113,7 +113,7 @@ def quality_asset(spec: SiteSpec, questions: Path, group: str, upstream: list[dg
             if space is None:
                 raise dg.Failure(description="the index is empty: no embedding space yet, nothing to ask")
             history = store.recent_recalls(conn, spec.name, space.space_id, K, limit=RECENT)
-            result = evaluate(conn, current, asked, space=space, embedder_for=embedder.for_questions)
+            result = evaluate(conn, current, asked, answers(conn, asked), space, embedder.for_questions(space))
             with conn.transaction():
                 store.record(conn, spec.name, space.space_id, result)
         seconds = time.monotonic() - started
@@ -160,10 +160,10 @@ def quality_sensor(spec: SiteSpec, job) -> dg.SensorDefinition:
         if reason is None:
             said = "no page indexed yet" if changed is None else "evaluated since its pages last changed"
             return dg.SensorResult(skip_reason=dg.SkipReason(f"{spec.name}: {said}"))
-        records = context.instance.get_run_records(dg.RunsFilter(job_name=job.name, statuses=PENDING_STATUSES), limit=1)
-        if records:
+        running = unended_run(context.instance, job.name)
+        if running:
             return dg.SensorResult(skip_reason=dg.SkipReason(
-                f"{spec.name}: due ({reason}), but run {records[0].dagster_run.run_id[:8]} has not ended"))
+                f"{spec.name}: due ({reason}), but run {running} has not ended"))
         return dg.SensorResult(run_requests=[dg.RunRequest(tags={"rag/site": spec.name, "rag/quality_due": reason})])
 
     return _sensor
