@@ -33,7 +33,9 @@ the same pages, and the overlap change starts where the others did:
 Before each change `rag-pipeline backfill plan --json` is run with the new settings (its figures
 are kept: pages, chunks_to_embed, tokens_to_embed and whatever else it prints), then the code
 server, the daemon and the webserver are started with them. From the start, a sampler, every
-`--sample-every` seconds, one set-based SELECT over pages, chunks and the active space's vectors:
+`--sample-every` seconds, set-based SELECTs over pages, chunks and the active space's vectors (the
+chunks of every page every `--full-every` seconds, of the pages cut since the last sample or not yet
+searchable in the others: a page's state is the one last read):
 live pages (deleted_at IS NULL, indexed), those cut with the new signature, those searchable on
 it (pages.chunker_version new, every live chunk of the new version with its vector), (i) live
 pages with no chunk that has a vector (missing from search), (ii) pages with live chunks of two
@@ -50,7 +52,7 @@ database's growth (pg_database_size before the services start and after the runs
 page, event rows and bytes, whether the HNSW index was dropped, and the worst sample of each check.
 
     .venv/bin/python bench/rechunk.py [--pages 2000] [--timeout 3600] [--keep]
-        [--only sensor|backfill|overlap]... [--sample-every 1.0] [--searches 3] [--search-every 0]
+        [--only sensor|backfill|overlap]... [--sample-every 1.0] [--full-every 0] [--searches 3] [--search-every 0]
         [--overlap-s 120]
         [--backfill-form job|assets] [--code-rev REV | --code-dir DIR]
 
@@ -60,7 +62,7 @@ The last line: `RECHUNK pages=N sensor_searchable_s=… sensor_index_valid_s=…
 backfill_ratio=… overlap_hnsw_kept=yes|no tokens_vs_plan=… missing_max=… mixed_max=…
 dagster_bytes_per_page=…` (backfill_ratio: the backfill's searchable time over the sensor's;
 tokens_vs_plan, missing_max, mixed_max, dagster_bytes_per_page: the worst of the changes run; `-`
-for a change not run). The acceptance run is `--pages 100000 --timeout 7200 --search-every 10` (a corpus of that
+for a change not run). The acceptance run is `--pages 100000 --timeout 7200 --search-every 10 --full-every 30` (a corpus of that
 size is cached by pipeline_throughput.py's make_corpus). With DATABASE_URL set, the databases are
 made on that server and dropped.
 """
@@ -359,27 +361,31 @@ class Sample:
     hnsw: str
     hnsw_oid: int | None
     gin: str
+    full: bool = True     # every page's chunks read (else only the pages cut since, or not yet searchable)
+    checked: int = 0      # pages whose chunks this sample read
     searches: int = 0
     search_s: float = 0.0     # of `took`, the searches'
     search_missed: list[str] = field(default_factory=list)
     search_twice: list[str] = field(default_factory=list)
 
 
-STATE_SQL = """
-WITH per_page AS (
-  SELECT c.page_id, count(*) AS n, count(v.chunk_id) AS with_vector,
-         bool_and(c.chunker_version = %(sig)s) AS all_new,
-         min(c.chunker_version) <> max(c.chunker_version) AS mixed
-  FROM chunks c LEFT JOIN {vectors} v ON v.chunk_id = c.chunk_id
-  GROUP BY c.page_id)
-SELECT count(*),
-       count(*) FILTER (WHERE p.chunker_version = %(sig)s),
-       count(*) FILTER (WHERE p.chunker_version = %(sig)s AND pp.all_new AND pp.with_vector = pp.n),
-       count(*) FILTER (WHERE coalesce(pp.with_vector, 0) = 0),
-       count(*) FILTER (WHERE pp.mixed)
-FROM pages p LEFT JOIN per_page pp ON pp.page_id = p.page_id
-WHERE p.deleted_at IS NULL AND p.indexed_hash IS NOT NULL
+# The live pages and whether each is cut with the new signature: one pass over `pages` (cheap at
+# 100,000 pages), every sample.
+PAGES_SQL = """
+SELECT page_id, chunker_version = %(sig)s
+FROM pages WHERE deleted_at IS NULL AND indexed_hash IS NOT NULL
 """
+
+# Each page's live chunks: how many, how many with a vector of the active space, all of the new
+# version, two versions. Over every page (the full check) or the pages named (`WHERE ...`).
+CHUNKS_SQL = """
+SELECT c.page_id, count(*), count(v.chunk_id), bool_and(c.chunker_version = %(sig)s),
+       min(c.chunker_version) <> max(c.chunker_version)
+FROM chunks c LEFT JOIN {vectors} v ON v.chunk_id = c.chunk_id
+{where}
+GROUP BY c.page_id
+"""
+
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
@@ -392,11 +398,18 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
 
 
 class Watch(threading.Thread):
-    """The sampler: every `every_s`, the state of every page in one SELECT, the indexes, and a few
-    searches through the project's retrieval for a paragraph of sampled pages."""
+    """The sampler: every `every_s`, which live pages are cut with the new signature (one pass over
+    `pages`), the chunks of the pages whose state may have moved since the last sample (cut since,
+    or cut and not yet searchable), the indexes, and a few searches through the project's retrieval
+    for a paragraph of sampled pages. Every `full_every_s`, the chunks of every page: a page whose
+    chunks changed without its signature (a defect the sampler is there to catch) shows there.
+
+    Reading every page's chunks each second costs a core at 100,000 pages (870,000 chunks joined to
+    their vectors): that would slow the change measured. The state of a page not read in a sample
+    is the one last read."""
 
     def __init__(self, url: str, signature: str, every_s: float, questions: list[tuple[str, str]],
-                 settings, searches: int, search_every_s: float = 0.0):
+                 settings, searches: int, search_every_s: float = 0.0, full_every_s: float = 0.0):
         super().__init__(daemon=True, name="rechunk-watch")
         from rag_pipeline.store import spaces
 
@@ -410,22 +423,58 @@ class Watch(threading.Thread):
         self.conn = psycopg.connect(url, autocommit=True)
         register_vector(self.conn)   # as the project's pooled connections (store/db.py)
         self.space = spaces.active(self.conn)
-        self.query = sql.SQL(STATE_SQL).format(vectors=self.space.table())
+        self.all_chunks = sql.SQL(CHUNKS_SQL).format(vectors=self.space.table(), where=sql.SQL(""))
+        self.some_chunks = sql.SQL(CHUNKS_SQL).format(vectors=self.space.table(),
+                                                      where=sql.SQL("WHERE c.page_id = ANY(%(ids)s)"))
+        # page → (searchable, missing, mixed) as last read; the pages cut as of the last sample.
+        self.state: dict = {}
+        self.cut_before: set = set()
+        self.full_every_s, self._full_at = full_every_s, float("-inf")
         self._next = 0
         self._embedders: dict = {}
         # With the indexes dropped every search is an exact scan (seconds at 100,000 pages): the
         # searches may come less often than the set-based check, which runs every sample.
         self.search_every_s, self._searched_at = search_every_s, float("-inf")
 
+    def _read_chunks(self, cut: set, ids: list, every: bool) -> None:
+        if every:
+            rows = self.conn.execute(self.all_chunks, {"sig": self.signature}).fetchall()
+        else:
+            rows = self.conn.execute(self.some_chunks, {"sig": self.signature, "ids": ids}).fetchall()
+        seen = set()
+        for page, n, with_vector, all_new, mixed in rows:
+            seen.add(page)
+            self.state[page] = (page in cut and all_new and with_vector == n, with_vector == 0, mixed)
+        for page in ids:
+            if page not in seen:   # no live chunk at all: missing from search
+                self.state[page] = (False, True, False)
+
     def sample(self) -> Sample:
         from rag_pipeline.query.retrieval import retrieve
         from rag_pipeline.store import spaces, text_search
 
         t = time.time()
-        live, cut, searchable, missing, mixed = self.conn.execute(self.query, {"sig": self.signature}).fetchone()
+        live = dict(self.conn.execute(PAGES_SQL, {"sig": self.signature}).fetchall())
+        cut = {page for page, new in live.items() if new}
+        full = t - self._full_at >= self.full_every_s
+        if full:
+            self._full_at = t
+            self.state = {}
+            self._read_chunks(cut, list(live), every=True)
+            checked = len(live)
+        else:
+            moved = {page for page in cut if page not in self.cut_before or not self.state.get(page, (False,))[0]}
+            moved |= {page for page in live if page not in self.state}   # a page that became live since
+            moved = list(moved)
+            if moved:
+                self._read_chunks(cut, moved, every=False)
+            checked = len(moved)
+        self.cut_before = cut
+        states = [self.state.get(page, (False, True, False)) for page in live]
         oid = self.conn.execute("SELECT to_regclass(%s)::oid", (self.space.index_name(),)).fetchone()[0]
-        s = Sample(t, 0.0, live, cut, searchable, missing, mixed, spaces.index_state(self.conn, self.space),
-                   oid, text_search.index_state(self.conn))
+        s = Sample(t, 0.0, len(live), len(cut), sum(x[0] for x in states), sum(x[1] for x in states),
+                   sum(x[2] for x in states), spaces.index_state(self.conn, self.space), oid,
+                   text_search.index_state(self.conn), full=full, checked=checked)
         t_search = time.time()
         due = t_search - self._searched_at >= self.search_every_s
         if due:
@@ -648,7 +697,8 @@ def run_change(name: str, env_base: dict[str, str], url: str, dagster_url: str, 
         gql = GraphQL(services.webserver)
         before_runs, before_event = pt.dagster_marks(dag_url)
         settings = search_settings(index_url, questions_fake.base_url)
-        watch = Watch(index_url, signature, args.sample_every, [], settings, args.searches, args.search_every)
+        watch = Watch(index_url, signature, args.sample_every, [], settings, args.searches, args.search_every,
+                      args.full_every)
         watch.questions = usable_questions(watch, search_questions(pages, 40, args.seed), say)
         first = watch.sample()
         say(f"  before: {first.live} live pages, {first.cut} cut with {signature}; HNSW {first.hnsw}, GIN {first.gin}; "
@@ -1009,7 +1059,11 @@ def print_change(r: ChangeResult) -> None:
     x, xt = worst(r.samples, "mixed")
     search_s = sorted(s.search_s for s in r.samples)
     span = max(r.samples[-1].t + r.samples[-1].took - r.samples[0].t, 1e-9)
-    print(f"  sampler: {n} samples (a sample took median {pt.percentile(took, 50):.2f} s, max {took[-1]:.2f} s; "
+    full = [s for s in r.samples if s.full]
+    print(f"  sampler: {n} samples, {len(full)} of them reading every page's chunks (one took median "
+          f"{pt.percentile(sorted(s.took for s in full), 50) if full else 0:.2f} s; the others read median "
+          f"{pt.percentile(sorted(s.checked for s in r.samples if not s.full), 50) if n > len(full) else 0:.0f} pages)")
+    print(f"    (a sample took median {pt.percentile(took, 50):.2f} s, max {took[-1]:.2f} s; "
           f"its searches median {pt.percentile(search_s, 50):.2f} s, max {search_s[-1]:.2f} s; sampling "
           f"{sum(took) / span:.0%} of the wall time: the load it adds to the server)")
     print(f"    (i) live pages with no searchable chunk: worst {m}" + (f" at {mt - r.t0:.1f} s" if m else ""))
@@ -1082,6 +1136,9 @@ def main() -> int:
     parser.add_argument("--searches", type=int, default=3, help="searches a sample")
     parser.add_argument("--search-every", type=float, default=0.0,
                         help="seconds between the samples that search (0: every sample; the 100,000-page run: 10)")
+    parser.add_argument("--full-every", type=float, default=0.0,
+                        help="seconds between the samples that read every page's chunks (0: every sample; the "
+                             "others read the pages cut since, or not yet searchable; the 100,000-page run: 30)")
     parser.add_argument("--overlap-s", type=float, default=120.0,
                         help="seconds rechunk_sensor runs beside the backfill (0: never)")
     parser.add_argument("--backfill-form", choices=["job", "assets"], default="job",
