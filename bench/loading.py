@@ -19,7 +19,7 @@ os.environ.setdefault("WEBHOOK_ACCEPT_UNSOLICITED", "true")
 MAX_PAGE_BYTES = 50_000_000
 
 
-def apply_pages(url: str, pages: Iterable[tuple[str, str]], embedder, budget: tuple[int, int], *,
+def apply_pages(url: str, pages: Iterable[tuple[str, str]], embedder, budget, *,
                 per_batch: int, report_every: int) -> int:
     """(page URL, markdown) pairs applied ``per_batch`` at a time; returns the chunks indexed."""
     started = time.perf_counter()

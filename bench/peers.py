@@ -402,7 +402,7 @@ def apply_in_worker(batch) -> dict:
     """One batch applied in a worker process (its own connection and embedder): the reasons of
     the pages that failed (`failed`), and where its time went."""
     from rag_pipeline.core.tokens import encoding
-    from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.embedders.factory import indexing_chunk_budget, make_embedder
     from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, apply_batch
     from rag_pipeline.settings import get_settings
 
@@ -420,7 +420,7 @@ def apply_in_worker(batch) -> dict:
         backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         t, cpu, server_cpu = time.perf_counter(), time.process_time(), process_cpu(backend)
         events = list(apply_batch(conn, batch, batch_key=None, embedder_for=lambda _space: embedder,
-                                  chunk_budget=lambda _space: settings.chunk_budget(),
+                                  chunk_budget=lambda space: indexing_chunk_budget(settings, space),
                                   max_page_bytes=settings.webhook_max_page_bytes,
                                   retry=RetryPolicy.from_settings(settings)))
         batch_s, batch_cpu_s = time.perf_counter() - t, time.process_time() - cpu

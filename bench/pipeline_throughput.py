@@ -1126,7 +1126,7 @@ def plain_loop_main() -> int:
     """The subprocess of the plain path: route, pick the queued work, apply it in the sensor's batch
     bounds, again at once while there is work; one JSON line per pass and per batch on stdout."""
     from rag_pipeline.core.batch_sizing import plan_batches
-    from rag_pipeline.embedders.factory import make_embedder
+    from rag_pipeline.embedders.factory import indexing_chunk_budget, make_embedder
     from rag_pipeline.ingest.batch_apply import RetryPolicy, Skipped, Sourced, Staged, Switched, Failed, apply_batch
     from rag_pipeline.ingest.routing import route_batch
     from rag_pipeline.settings import get_settings
@@ -1152,7 +1152,7 @@ def plain_loop_main() -> int:
                 marks: dict[str, list[float]] = defaultdict(list)
                 t_batch = time.time()
                 events = apply_batch(conn, batch, batch_key=None, embedder_for=lambda space: embedder,
-                                     chunk_budget=lambda space: settings.chunk_budget(),
+                                     chunk_budget=lambda space: indexing_chunk_budget(settings, space),
                                      max_page_bytes=settings.webhook_max_page_bytes, retry=retry)
                 for event in events:
                     kind = {Sourced: "MAT pages", Staged: "MAT chunks", Switched: "MAT embeddings",

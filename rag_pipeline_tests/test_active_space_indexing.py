@@ -141,6 +141,7 @@ def test_a_key_keeps_a_local_index_on_its_model_and_chunk_budget(database_url, c
         pipeline.tick()
         signature = conn.execute("SELECT DISTINCT chunker_version FROM pages").fetchall()
         assert live_spaces(conn, URL) == {local_embedder.MODEL_NAME} and len(signature) == 1
+        assert signature[0][0].endswith("/160/32/wp256")   # cut to the model's wordpiece window too
 
         with FakeOpenAI(dimensions=64) as fake:
             configure(monkeypatch, OPENAI_API_KEY="sk-chat", OPENAI_BASE_URL=fake.base_url)

@@ -150,13 +150,13 @@ def backfill_plan(as_json: bool, sample: int | None) -> None:
     settings = get_settings()
     with db.connection(index_url()) as conn:
         active = spaces.active(conn)
-        max_tokens, overlap_tokens = indexing_chunk_budget(settings, active)
-        todo = pages.count_chunked_otherwise(conn, chunker_signature(max_tokens, overlap_tokens))
+        budget = indexing_chunk_budget(settings, active)
+        todo = pages.count_chunked_otherwise(conn, chunker_signature(*budget))
         todo = min(todo, sample) if sample else todo
         # A plan re-cuts in memory only: its progress says so, not "re-chunked".
         with progress("pages planned (cut in memory, nothing written)", todo, every=max(200, todo // 10),
                       show=not as_json) as advance:
-            result = plan(conn, active, max_tokens, overlap_tokens, sample=sample, on_progress=advance)
+            result = plan(conn, active, *budget, sample=sample, on_progress=advance)
         figures = priced(conn, result, settings.resolved_embedding_price())
     if as_json:
         click.echo(json.dumps(figures, indent=2))

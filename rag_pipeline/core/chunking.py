@@ -30,21 +30,27 @@ boundary. The algorithm here:
    + about `overlap_tokens` tokens from the end of the previous chunk of the same section
    (cut at a word start), + the content. The overlap comes from the previous chunk's
    content, not its embed text, so changes do not ripple further than one chunk.
+6. A model that reads a window of its own tokens (the local model: 256 wordpieces, which
+   cl100k counts do not bound) gives a `Window`: a chunk whose embed_text it would cut is
+   split at its strongest boundary (again a choice made by content), a single unit at its
+   sentences, lines, tokens, until every chunk fits whole. Without a window (a model that
+   reads 8,191 cl100k tokens), nothing changes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rag_pipeline.core.markdown_blocks import Block, parse_blocks
 from rag_pipeline.core.embed_text import BREADCRUMB_MAX_TOKENS, HeadingIndex, breadcrumb, counted_tail
-from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, char_index, count_tokens, encoding, joins_cleanly, word_cut
+from rag_pipeline.core.chunk_budget import ChunkBudget, Window
+from rag_pipeline.core.text_pieces import split_text
+from rag_pipeline.core.tokens import MAX_EMBED_INPUT_TOKENS, count_tokens, joins_cleanly, word_cut
 
-__all__ = ["CHUNKER_VERSION", "ANCHOR_MAX_LEVEL", "BREADCRUMB_MAX_TOKENS", "MIN_MAX_TOKENS", "Chunk", "chunk_markdown"]
+__all__ = ["CHUNKER_VERSION", "ANCHOR_MAX_LEVEL", "BREADCRUMB_MAX_TOKENS", "MIN_MAX_TOKENS", "Chunk", "ChunkBudget", "Window",
+           "chunk_markdown", "chunker_signature"]
 
 # Stored on every chunk and used as the Dagster code_version of the chunks asset: bump it
 # whenever a change here can change any chunk boundary or embed_text.
@@ -113,68 +119,6 @@ def _strength(unit_text: str) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[\"'”’)\]」』]*\s*")
-
-
-def _sentence_cuts(text: str) -> list[int]:
-    return [m.end() for m in _SENTENCE_END.finditer(text) if 0 < m.end() < len(text)]
-
-
-def _line_cuts(text: str) -> list[int]:
-    return [m.end() for m in re.finditer("\n", text) if m.end() < len(text)]
-
-
-def _token_pieces(text: str, offset: int, max_tokens: int) -> list[tuple[int, int, int]]:
-    """Last resort for text with no sentence or line break: pieces of at most max_tokens."""
-    enc = encoding()
-    pieces = []
-    pos = 0
-    # A window keeps this linear: never re-tokenize the whole remainder per piece.
-    window_chars = max_tokens * 16 + 64
-    while pos < len(text):
-        window = text[pos : pos + window_chars]
-        tokens = enc.encode_ordinary(window)
-        if len(tokens) <= max_tokens:
-            cut = len(window)
-        else:
-            cut = max(1, char_index(window, len(enc.decode_bytes(tokens[:max_tokens]))))
-            space = max(window.rfind(" ", cut // 2, cut), window.rfind("\n", cut // 2, cut))
-            if space > 0:
-                cut = space + 1  # Prefer to keep words whole when a space is near.
-            while 1 < cut < len(window) and unicodedata.combining(window[cut]):
-                cut -= 1  # Keep a combining mark with its base character.
-            while cut > 1 and count_tokens(window[:cut]) > max_tokens:
-                cut = max(1, cut - max(1, cut // 16))
-        n = count_tokens(window[:cut])
-        pieces.append((offset + pos, offset + pos + cut, n))
-        pos += cut
-    return pieces
-
-
-def _split_text(
-    text: str, offset: int, max_tokens: int, use_sentences: bool
-) -> list[tuple[int, int, int]]:
-    """Pieces of at most max_tokens, cut at sentence ends, then line breaks, then tokens."""
-    cutters = ([_sentence_cuts] if use_sentences else []) + [_line_cuts]
-    for depth, cutter in enumerate(cutters):
-        cuts = cutter(text)
-        if not cuts:
-            continue
-        pieces: list[tuple[int, int, int]] = []
-        bounds = [0, *cuts, len(text)]
-        for a, b in zip(bounds, bounds[1:]):
-            piece = text[a:b]
-            n = count_tokens(piece)
-            if n <= max_tokens:
-                pieces.append((offset + a, offset + b, n))
-            elif cutters[depth + 1 :]:
-                pieces.extend(_split_text(piece, offset + a, max_tokens, use_sentences=False))
-            else:
-                pieces.extend(_token_pieces(piece, offset + a, max_tokens))
-        return pieces
-    return _token_pieces(text, offset, max_tokens)
-
-
 def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
     # Glue each heading to what follows it: a cut right after a heading would orphan it.
     groups: list[list[Block]] = [[]]
@@ -203,7 +147,7 @@ def _units(text: str, section: _Section, max_tokens: int) -> list[_Unit]:
             if m <= max_tokens:
                 pieces = [(block.start, block.end, m)]
             else:
-                pieces = _split_text(
+                pieces = split_text(
                     text[block.start : block.end], block.start, max_tokens, not block.is_code
                 )
             for k, (a, b, tokens) in enumerate(pieces):
@@ -310,15 +254,42 @@ def _fit(
     """Split units[lo:hi] at their strongest boundaries until every piece fits the budget."""
     if hi - lo == 1 or _span_tokens(text, units, lo, hi, units[hi - 1].end) <= max_tokens:
         return [(lo, hi)]
+    k = _split_point(units, lo, hi, min_spacing)
+    left = _fit(text, units, lo, k, max_tokens, min_spacing)
+    return left + _fit(text, units, k, hi, max_tokens, min_spacing)
+
+
+def _split_point(units: Sequence[_Unit], lo: int, hi: int, min_spacing: int) -> int:
+    """The strongest boundary inside units[lo:hi], among those leaving `min_spacing` tokens on
+    both sides when there are such (a choice made by content, as `_fit` makes it)."""
     sizes = [0]
     for k in range(lo, hi):
         sizes.append(sizes[-1] + units[k].tokens)
     total = sizes[-1]
     candidates = range(lo + 1, hi)
     balanced = [k for k in candidates if min(sizes[k - lo], total - sizes[k - lo]) >= min_spacing]
-    k = min(balanced or candidates, key=lambda k: (units[k - 1].strength, k))
-    left = _fit(text, units, lo, k, max_tokens, min_spacing)
-    return left + _fit(text, units, k, hi, max_tokens, min_spacing)
+    return min(balanced or candidates, key=lambda k: (units[k - 1].strength, k))
+
+
+def _within_window(text: str, units: Sequence[_Unit], lo: int, hi: int, body: str, window: Window,
+                   min_spacing: int) -> list[tuple[Sequence[_Unit], int, int]] | None:
+    """What replaces the span units[lo:hi] whose embed text the window cannot read: its halves at
+    its strongest boundary; a single unit, its pieces at sentences, lines, tokens, at a budget
+    scaled by how far its body overflows; None when it cannot be cut (its body fits without the
+    extras, or it is one character)."""
+    if hi - lo > 1:
+        k = _split_point(units, lo, hi, min_spacing)
+        return [(units, lo, k), (units, k, hi)]
+    unit = units[lo]
+    read = window.count(body)
+    if read <= window.limit or unit.end - unit.start < 2:
+        return None
+    budget = max(1, unit.tokens * window.limit * 9 // (read * 10))
+    pieces = split_text(text[unit.start : unit.end], unit.start, min(budget, max(1, unit.tokens - 1)), True)
+    if len(pieces) < 2:
+        return None
+    parts = [_Unit(a, b, n, strength=unit.strength) for a, b, n in pieces]
+    return [(parts, k, k + 1) for k in range(len(parts))]
 
 
 def _validate(max_tokens: int, overlap_tokens: int) -> None:
@@ -336,8 +307,11 @@ def _validate(max_tokens: int, overlap_tokens: int) -> None:
         )
 
 
-def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -> list[Chunk]:
-    """Lossless, edit-stable chunks: the contents concatenate back to exactly `text`."""
+def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64,
+                   window: Window | None = None) -> list[Chunk]:
+    """Lossless, edit-stable chunks: the contents concatenate back to exactly `text`; with a
+    `window`, none whose embed text the model would cut, unless a single character is more than
+    the window can read."""
     _validate(max_tokens, overlap_tokens)
     if not text:
         return []
@@ -352,8 +326,13 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
         cuts = [0, *_content_defined_cuts(units, min_spacing), len(units)]
         previous_content: str | None = None
         for lo, hi in zip(cuts, cuts[1:]):
-            for a, b in _fit(text, units, lo, hi, max_tokens, min_spacing):
-                start, end = units[a].start, units[b - 1].end
+            # Spans of units to make chunks of, in order; a span the window cannot read whole
+            # is replaced by its halves (or a unit by its pieces) and looked at again.
+            pending: list[tuple[Sequence[_Unit], int, int]] = [
+                (units, a, b) for a, b in _fit(text, units, lo, hi, max_tokens, min_spacing)]
+            while pending:
+                span_units, a, b = pending.pop(0)
+                start, end = span_units[a].start, span_units[b - 1].end
                 content = text[start:end]
                 path, crumb_titles = headings.at(start, end)
                 if crumb_titles not in crumbs:
@@ -366,7 +345,7 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                 # Trailing blank lines say nothing to the model, and would make the last chunk of
                 # a page differ from the same text followed by more page (a shorter page's tail).
                 body = content.rstrip() or content
-                body_tokens = _span_tokens(text, units, a, b, start + len(body))
+                body_tokens = _span_tokens(text, span_units, a, b, start + len(body))
                 embed_text = crumb + overlap + body
                 token_count = _added(((crumb, crumb_tokens), (overlap, overlap_count), (body, body_tokens)))
                 limit = max_tokens + overlap_tokens + crumb_tokens
@@ -377,6 +356,17 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
                     token_count = count_tokens(embed_text)
                     if token_count > limit:
                         embed_text, token_count = body, body_tokens
+                if window is not None and window.count(embed_text) > window.limit:
+                    smaller = _within_window(text, span_units, a, b, body, window, min_spacing)
+                    if smaller is not None:
+                        pending[0:0] = smaller
+                        continue
+                    # One unit the window cannot read even alone: without the extras, then cut.
+                    for extras in (crumb, ""):
+                        if window.count(extras + body) <= window.limit:
+                            embed_text = extras + body
+                            token_count = count_tokens(embed_text)
+                            break
                 chunks.append(
                     Chunk(
                         index=len(chunks),
@@ -392,7 +382,8 @@ def chunk_markdown(text: str, max_tokens: int = 512, overlap_tokens: int = 64) -
     return chunks
 
 
-def chunker_signature(max_tokens: int, overlap_tokens: int) -> str:
-    """What decides chunk boundaries: the code version and the budget. A page whose stored
-    signature differs is due for a re-chunk (from its stored text, never a recrawl)."""
-    return f"{CHUNKER_VERSION}/{max_tokens}/{overlap_tokens}"
+def chunker_signature(max_tokens: int, overlap_tokens: int, window: Window | None = None) -> str:
+    """What decides chunk boundaries: the code version, the budget and the model's window. A page
+    whose stored signature differs is due for a re-chunk (from its stored text, never a recrawl)."""
+    base = f"{CHUNKER_VERSION}/{max_tokens}/{overlap_tokens}"
+    return base if window is None else f"{base}/{window.name}"

@@ -18,6 +18,7 @@ import dagster as dg
 import psycopg
 from pydantic import PrivateAttr
 
+from rag_pipeline.core.chunk_budget import ChunkBudget
 from rag_pipeline.crawl.base import Crawler
 from rag_pipeline.embedders.base import Embedder
 from rag_pipeline.settings import Settings, load_settings
@@ -151,8 +152,9 @@ class EmbedderResource(_OwnsClients):
         return self._client(("questions", space.model, space.dimensions),
                             lambda: make_embedder_for_space(self.settings(), space))
 
-    def chunk_budget(self, active: Space | None) -> tuple[int, int]:
-        """(max, overlap) tokens of a chunk, sized to the model pages are embedded with."""
+    def chunk_budget(self, active: Space | None) -> ChunkBudget:
+        """(max, overlap) tokens of a chunk and the model's window, sized to the model pages are
+        embedded with."""
         from rag_pipeline.embedders.factory import indexing_chunk_budget
 
         return indexing_chunk_budget(self.settings(), active)

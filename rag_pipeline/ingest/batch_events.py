@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rag_pipeline.core.chunk_budget import ChunkBudget
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.failures import PageFailure
 
@@ -34,8 +35,7 @@ class Sourced:
 class Staged:
     page_url: str
     result: indexing.StageResult
-    max_tokens: int
-    overlap_tokens: int
+    budget: ChunkBudget
 
 
 @dataclass(frozen=True)

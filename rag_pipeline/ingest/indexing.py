@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import psycopg
 
 from rag_pipeline.core.bodies import decode_stored
-from rag_pipeline.core.chunking import chunk_markdown, chunker_signature
+from rag_pipeline.core.chunking import Window, chunk_markdown, chunker_signature
 from rag_pipeline.core.template_strip import chunk_source
 from rag_pipeline.core.text import content_hash, embed_hash, normalize_markdown
 from rag_pipeline.ingest.rules import configured_boilerplate_rules
@@ -111,13 +111,14 @@ class StageResult:
     tokens: int
 
 
-def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overlap_tokens: int) -> StageResult:
+def stage_chunks(conn: psycopg.Connection, page_url: str, max_tokens: int, overlap_tokens: int,
+                 window: Window | None = None) -> StageResult:
     """Chunk the stored source text (never the crawler: re-chunking needs no recrawl)."""
-    return _raised(stage_many(conn, [page_url], max_tokens, overlap_tokens)[page_url])[0]
+    return _raised(stage_many(conn, [page_url], max_tokens, overlap_tokens, window)[page_url])[0]
 
 
 def stage_many(conn: psycopg.Connection, page_urls: Sequence[str], max_tokens: int, overlap_tokens: int,
-               ) -> dict[str, tuple[StageResult, list[chunk_store.StagedChunk]] | Exception]:
+               window: Window | None = None) -> dict[str, tuple[StageResult, list[chunk_store.StagedChunk]] | Exception]:
     """`stage_chunks` for many pages: one read of their texts, the chunker in memory, one delete
     and one COPY. A page that cannot be chunked gets its exception as its result; the others are
     staged. Returns each page's result and the chunks staged for it."""
@@ -126,7 +127,7 @@ def stage_many(conn: psycopg.Connection, page_urls: Sequence[str], max_tokens: i
     # Cut without the site's template (core/template_strip.py): it stays out of embeddings and
     # passages, and the stored source keeps it.
     templates = site_templates.current(conn, {page.site for page in rows.values()})
-    signature = chunker_signature(max_tokens, overlap_tokens)
+    signature = chunker_signature(max_tokens, overlap_tokens, window)
     results: dict[str, tuple[StageResult, list[chunk_store.StagedChunk]] | Exception] = {}
     generations: dict = {}
     discard = []
@@ -143,7 +144,7 @@ def stage_many(conn: psycopg.Connection, page_urls: Sequence[str], max_tokens: i
         try:
             template = templates.get(page.site, (None, None))[0]
             pieces = chunk_markdown(chunk_source(page.source_text, template, url), max_tokens=max_tokens,
-                                    overlap_tokens=overlap_tokens)
+                                    overlap_tokens=overlap_tokens, window=window)
         except Exception as exc:  # noqa: BLE001 - this page fails, the others are staged
             results[url] = exc
             continue

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from rag_pipeline.core import chunking, embed_text, tokens
+from rag_pipeline.core import embed_text, text_pieces, tokens
 from rag_pipeline.core.chunking import chunk_markdown
 from rag_pipeline.core.tokens import count_tokens, joins_cleanly
 
@@ -72,7 +72,7 @@ def _record_tokenized(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             return getattr(encoding, name)
 
     recording = Recording()
-    for module in (tokens, chunking, embed_text):
+    for module in (tokens, text_pieces, embed_text):
         monkeypatch.setattr(module, "encoding", lambda: recording)
     return seen
 

@@ -99,8 +99,8 @@ def test_a_rechunk_that_rewrites_few_rows_keeps_the_indexes(loaded, conn, monkey
     pipeline = loaded
     real = chunking.chunk_markdown
 
-    def first_chunk_reworded(text, max_tokens=512, overlap_tokens=64):
-        pieces = real(text, max_tokens, overlap_tokens)
+    def first_chunk_reworded(text, max_tokens=512, overlap_tokens=64, window=None):
+        pieces = real(text, max_tokens, overlap_tokens, window)
         return [dataclasses.replace(pieces[0], embed_text=pieces[0].embed_text + " (v2)"), *pieces[1:]]
 
     monkeypatch.setattr(chunking, "CHUNKER_VERSION", "test-v2")

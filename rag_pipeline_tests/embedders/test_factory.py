@@ -118,10 +118,13 @@ def test_the_configured_embedder_makes_only_the_first_space() -> None:
 
 def test_the_chunk_budget_is_the_active_models() -> None:
     keyed = settings(OPENAI_API_KEY="sk-chat")
-    assert indexing_chunk_budget(keyed, None) == (512, 64)
-    assert indexing_chunk_budget(keyed, space(LocalEmbedder.model, 384)) == (160, 32)
-    assert indexing_chunk_budget(settings(), space("text-embedding-3-small", 1536)) == (512, 64)
-    assert indexing_chunk_budget(settings(CHUNK_MAX_TOKENS=300), space(LocalEmbedder.model, 384)) == (300, 32)
+    assert indexing_chunk_budget(keyed, None) == (512, 64, None)
+    local = indexing_chunk_budget(keyed, space(LocalEmbedder.model, 384))
+    # The local model's chunks also fit its 256 wordpieces, which cl100k counts do not bound.
+    assert local[:2] == (160, 32) and (local.window.name, local.window.limit) == ("wp256", 256)
+    assert indexing_chunk_budget(settings(), space("text-embedding-3-small", 1536)) == (512, 64, None)
+    assert indexing_chunk_budget(settings(CHUNK_MAX_TOKENS=300), space(LocalEmbedder.model, 384))[:2] == (300, 32)
+    assert indexing_chunk_budget(settings(), None).window.name == "wp256"   # the first space: local
 
 
 def test_a_configured_model_other_than_the_active_one_is_noted_not_refused() -> None:

@@ -123,8 +123,8 @@ def test_rechunk_backfill_embeds_only_changed_texts_and_never_crawls(database_ur
         # A new chunker version that changes one chunk text per page and keeps the rest.
         real_chunk = chunking.chunk_markdown
 
-        def new_chunker(text, max_tokens=512, overlap_tokens=64):
-            pieces = real_chunk(text, max_tokens, overlap_tokens)
+        def new_chunker(text, max_tokens=512, overlap_tokens=64, window=None):
+            pieces = real_chunk(text, max_tokens, overlap_tokens, window)
             return [dataclasses.replace(pieces[0], embed_text=pieces[0].embed_text + " (v2)"), *pieces[1:]]
 
         monkeypatch.setattr(chunking, "CHUNKER_VERSION", "test-v2")

@@ -170,11 +170,11 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
             budget = embedder.chunk_budget(spaces.active(conn))
             lease = range_runs.take(conn, context.partition_keys, context.run.run_id, current.batch_lease_s,
                                     signature=chunker_signature(*budget))
-            range_runs.note_rechunk(context.op_execution_context, conn, current, *budget, lease.held)
+            range_runs.note_rechunk(context.op_execution_context, conn, current, budget, lease.held)
             try:
                 done, failed = _collect(
                     batch_apply.stage_pages(conn, lease.held, embedder.chunk_budget, RetryPolicy.from_settings(current)),
-                    lambda event: chunk_metadata(event.result, event.max_tokens, event.overlap_tokens))
+                    lambda event: chunk_metadata(event.result, event.budget))
             except BaseException:
                 range_runs.release(conn, lease, lease.held)
                 raise

@@ -166,7 +166,7 @@ def _report(context, conn, embedder, writer: EventWriter, event, failed: list, n
     elif isinstance(event, Staged):
         writer.add(dg.AssetMaterialization(
             asset_key=step_key("chunks", site, shard), partition=event.page_url,
-            metadata=chunk_metadata(event.result, event.max_tokens, event.overlap_tokens)))
+            metadata=chunk_metadata(event.result, event.budget)))
     elif isinstance(event, Switched):
         writer.add(dg.AssetMaterialization(asset_key=step_key("embeddings", site, shard), partition=event.page_url,
                                            metadata=switch_metadata(conn, event.result, embedder, noted, context.log)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from rag_pipeline.core.chunking import chunker_signature
+from rag_pipeline.core.chunking import ChunkBudget, chunker_signature
 from rag_pipeline.defs.index.partitions import step_key
 from rag_pipeline.ingest import indexing
 from rag_pipeline.ingest.batch_apply import Failed
@@ -25,14 +25,15 @@ def source_metadata(result: indexing.SourceResult) -> dict:
     }
 
 
-def chunk_metadata(result: indexing.StageResult, max_tokens: int, overlap_tokens: int) -> dict:
+def chunk_metadata(result: indexing.StageResult, budget: ChunkBudget) -> dict:
     return {
         "source_hash": result.source_hash or "",
         "chunks": result.chunks,
         "tokens": result.tokens,
-        "chunker_version": chunker_signature(max_tokens, overlap_tokens),
-        "max_tokens": max_tokens,
-        "overlap_tokens": overlap_tokens,
+        "chunker_version": chunker_signature(*budget),
+        "max_tokens": budget.max_tokens,
+        "overlap_tokens": budget.overlap_tokens,
+        **({"model_window": f"{budget.window.limit} ({budget.window.name})"} if budget.window else {}),
     }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from rag_pipeline.core.chunking import chunker_signature
+from rag_pipeline.core.chunking import ChunkBudget, chunker_signature
 from rag_pipeline.defs.index.bulk_index import index_upkeep
 from rag_pipeline.defs.index.rechunk_plan import record_plan
 from rag_pipeline.ingest.backfill import plan_lines
@@ -67,14 +67,13 @@ def release(conn, lease: RangeLease, urls: list[str]) -> None:
             pages.release_many(conn, urls, lease.key)
 
 
-def note_rechunk(context: dg.OpExecutionContext, conn, settings, max_tokens: int, overlap_tokens: int,
-                 urls: list[str]) -> None:
+def note_rechunk(context: dg.OpExecutionContext, conn, settings, budget: ChunkBudget, urls: list[str]) -> None:
     """A range that re-chunks pages: the plan recorded once, the re-chunk marked under way, and the
     indexes dropped for it when it is a bulk load (the build is delivery_sensor's, at its end)."""
-    signature = chunker_signature(max_tokens, overlap_tokens)
+    signature = chunker_signature(*budget)
     if not urls or not pages.count_chunked_otherwise_among(conn, urls, signature):
         return
-    planned = record_plan(conn, spaces.active(conn), max_tokens, overlap_tokens, settings.resolved_embedding_price())
+    planned = record_plan(conn, spaces.active(conn), budget, settings.resolved_embedding_price())
     if planned is not None:
         context.log_event(planned[0])
         context.log.info("\n".join(plan_lines(planned[1])))

@@ -3,21 +3,20 @@ first tick or the first run of a UI backfill, as an observation of the `index` a
 
 import dagster as dg
 
-from rag_pipeline.core.chunking import chunker_signature
+from rag_pipeline.core.chunking import ChunkBudget, chunker_signature
 from rag_pipeline.defs.index.bulk_index import RECHUNK_SEEN_S
 from rag_pipeline.ingest.backfill import SAMPLE_PAGES, plan, priced
 from rag_pipeline.store import rechunks
 
 
-def record_plan(conn, active, max_tokens: int, overlap_tokens: int,
-                price: float) -> tuple[dg.AssetObservation, dict] | None:
+def record_plan(conn, active, budget: ChunkBudget, price: float) -> tuple[dg.AssetObservation, dict] | None:
     """The re-chunk's plan, on a sample of its pages, recorded once per signature (the first tick,
     or the first run of a UI backfill): the `index` asset's observation of it, and its figures.
     None when already recorded."""
-    signature = chunker_signature(max_tokens, overlap_tokens)
+    signature = chunker_signature(*budget)
     if rechunks.recorded(conn, signature, RECHUNK_SEEN_S) is not None:
         return None
-    figures = priced(conn, plan(conn, active, max_tokens, overlap_tokens, sample=SAMPLE_PAGES), price)
+    figures = priced(conn, plan(conn, active, *budget, sample=SAMPLE_PAGES), price)
     with conn.transaction():
         if not rechunks.record(conn, signature, figures["pages"], figures["rows_written"], figures, RECHUNK_SEEN_S):
             return None   # another tick or run recorded it first

@@ -50,11 +50,11 @@ def rechunk_sensor(
         # The budget of the model pages are embedded with (the active space's): a key set for
         # answers must not make a local index due for a re-cut.
         active = spaces.active(conn)
-        max_tokens, overlap_tokens = embedder.chunk_budget(active)
-        signature = chunker_signature(max_tokens, overlap_tokens)
+        budget = embedder.chunk_budget(active)
+        signature = chunker_signature(*budget)
         if not pages.count_chunked_otherwise(conn, signature):
             return dg.SensorResult(skip_reason=dg.SkipReason(f"every page is cut with {signature}"))
-        planned = record_plan(conn, active, max_tokens, overlap_tokens, current.resolved_embedding_price())
+        planned = record_plan(conn, active, budget, current.resolved_embedding_price())
         with conn.transaction():
             rechunks.seen(conn, signature)
         if planned is not None:
