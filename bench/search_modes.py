@@ -13,7 +13,10 @@ when it is of the question's page and its embedded text holds the question's mar
 M chunks)`: `default` is what `search` returns without options (SEARCH_MODE, SEARCH_PER_PAGE).
 
     .venv/bin/python bench/search_modes.py [--vector-weight 1] [--lexical-weight 1] [--rrf-k 60]
-        [--fusion scores|rrf] [--template]
+        [--fusion scores|rrf] [--template] [--docs django|salt]
+
+`--docs salt`: Salt 3008.5's docs (bench/labelled/salt_docs.py, 562 pages) and their labelled
+questions, a set no parameter was chosen on; the last line then starts `SEARCH_MODES salt`.
 
 `--template`: each page wrapped in the site template of bench/template_change.py (navigation,
 section sidebar, cookie banner, build footer) as a full-page crawl delivers it, the docs declared
@@ -37,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.database import bench_database  # noqa: E402
 from bench.loading import apply_pages  # noqa: E402
-from bench.labelled import django_docs  # noqa: E402
+from bench.labelled import django_docs, salt_docs  # noqa: E402
 from bench.search_quality import pct  # noqa: E402
 from rag_pipeline.core.answer_quality import Question, plain  # noqa: E402
 from rag_pipeline.core.urls import normalize_url  # noqa: E402
+from rag_pipeline.embedders.factory import indexing_chunk_budget  # noqa: E402
 from rag_pipeline.embedders.local_embedder import LocalEmbedder  # noqa: E402
 from rag_pipeline.query.evaluation import answers  # noqa: E402
 from rag_pipeline.query.retrieval import MODES, retrieve  # noqa: E402
@@ -49,10 +53,13 @@ from rag_pipeline.core.site_spec import SiteSpec  # noqa: E402
 from rag_pipeline.store import db, sites  # noqa: E402
 
 PAGES_PER_BATCH = 50
+# The labelled sets: the project's parameters were chosen on Django's; Salt's is the check that
+# they hold on docs they were not tuned on (issue 45, point 6).
+DOCS = {"django": ("Django", django_docs), "salt": ("Salt", salt_docs)}
 
 
 def load(url: str, pages: dict[str, str], settings: Settings, embedder: LocalEmbedder) -> int:
-    return apply_pages(url, pages.items(), embedder, settings.chunk_budget(), per_batch=PAGES_PER_BATCH,
+    return apply_pages(url, pages.items(), embedder, indexing_chunk_budget(settings, None), per_batch=PAGES_PER_BATCH,
                        report_every=PAGES_PER_BATCH)
 
 
@@ -90,15 +97,18 @@ def main() -> int:
     parser.add_argument("--rrf-k", type=int, default=None)
     parser.add_argument("--fusion", choices=["scores", "rrf"], default=None, help="SEARCH_FUSION (default: the setting's)")
     parser.add_argument("--template", action="store_true", help="pages wrapped in a site template (issue 43)")
+    parser.add_argument("--docs", choices=list(DOCS), default="django",
+                        help="the labelled set (django: the one tuned on; salt: never tuned on)")
     args = parser.parse_args()
-    pages = django_docs.corpus(django_docs.fetch())
+    title, docs = DOCS[args.docs]
+    pages = docs.corpus(docs.fetch())
     if args.template:
         from bench.template_change import template
 
         wrapper = template(pages, 1)
         pages = {url: wrapper.wrap(url, text) for url, text in pages.items()}
-    questions = django_docs.load_questions()
-    print(f"search modes: Django {django_docs.RELEASE} docs, {len(pages)} pages, {len(questions)} labelled questions; "
+    questions = docs.load_questions()
+    print(f"search modes: {title} {docs.RELEASE} docs, {len(pages)} pages, {len(questions)} labelled questions; "
           f"{os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with bench_database("bench_search_modes") as url:
         overrides = {k: v for k, v in (("SEARCH_VECTOR_WEIGHT", args.vector_weight),
@@ -107,7 +117,7 @@ def main() -> int:
         settings = Settings(DATABASE_URL=url, EMBEDDING_PROVIDER="local", **overrides)
         if args.template:
             with db.connection(url) as conn:
-                sites.sync_declared(conn, [SiteSpec(name="django", seeds=(django_docs.BASE_URL,))])
+                sites.sync_declared(conn, [SiteSpec(name=args.docs, seeds=(docs.BASE_URL,))])
         t0 = time.perf_counter()
         embedder = LocalEmbedder()
         chunks = load(url, pages, settings, embedder)
@@ -141,7 +151,7 @@ def main() -> int:
     default = results[(settings.search_mode, "default")]
     print(f"default search ({settings.search_mode}, fusion {settings.search_fusion}, at most {settings.search_per_page} "
           f"a page): recall@10 {default[1]:.3f}, MRR {default[2]:.3f}")
-    print(f"SEARCH_MODES{' (template)' if args.template else ''} default recall@10={default[1]:.3f} mrr={default[2]:.3f} "
+    print(f"SEARCH_MODES{'' if args.docs == 'django' else ' ' + args.docs}{' (template)' if args.template else ''} default recall@10={default[1]:.3f} mrr={default[2]:.3f} "
           f"recall@10 hybrid={results[('hybrid', None)][1]:.3f} vector={results[('vector', None)][1]:.3f} "
           f"lexical={results[('lexical', None)][1]:.3f} mrr hybrid={results[('hybrid', None)][2]:.3f} "
           f"vector={results[('vector', None)][2]:.3f} lexical={results[('lexical', None)][2]:.3f} "
