@@ -363,10 +363,6 @@ class Sample:
     gin: str
     full: bool = True     # every page's chunks read (else only the pages cut since, or not yet searchable)
     checked: int = 0      # pages whose chunks this sample read
-    searches: int = 0
-    search_s: float = 0.0     # of `took`, the searches'
-    search_missed: list[str] = field(default_factory=list)
-    search_twice: list[str] = field(default_factory=list)
 
 
 # The live pages and whether each is cut with the new signature: one pass over `pages` (cheap at
@@ -397,16 +393,25 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-class Watch(threading.Thread):
-    """The sampler: every `every_s`, which live pages are cut with the new signature (one pass over
-    `pages`), the chunks of the pages whose state may have moved since the last sample (cut since,
-    or cut and not yet searchable), the indexes, and a few searches through the project's retrieval
-    for a paragraph of sampled pages. Every `full_every_s`, the chunks of every page: a page whose
-    chunks changed without its signature (a defect the sampler is there to catch) shows there.
+@dataclass
+class Searched:
+    t: float
+    took: float
+    asked: int
+    missed: list[str]
+    twice: list[str]
 
-    Reading every page's chunks each second costs a core at 100,000 pages (870,000 chunks joined to
-    their vectors): that would slow the change measured. The state of a page not read in a sample
-    is the one last read."""
+
+class Watch(threading.Thread):
+    """The sampler, on three connections so that a slow read never delays a quick one:
+    - every `every_s`, which live pages are cut with the new signature (one pass over `pages`) and
+      the chunks of the pages whose state may have moved since (cut since, or cut and not yet
+      searchable), the indexes' states: the state of a page not read is the one last read;
+    - every `full_every_s`, the chunks of every page (870,000 chunks joined to their vectors at
+      100,000 pages: seconds), its own sample: a page whose chunks changed without its signature (a
+      defect the sampler is there to catch) shows there;
+    - every `search_every_s`, `searches` searches through the project's retrieval for a paragraph of
+      sampled pages (with the indexes dropped each is an exact scan: seconds at 100,000 pages)."""
 
     def __init__(self, url: str, signature: str, every_s: float, questions: list[tuple[str, str]],
                  settings, searches: int, search_every_s: float = 0.0, full_every_s: float = 0.0):
@@ -416,12 +421,10 @@ class Watch(threading.Thread):
         self.url, self.signature, self.every_s = url, signature, every_s
         self.questions, self.settings, self.per_sample = questions, settings, searches
         self.samples: list[Sample] = []
+        self.searched: list[Searched] = []
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        from pgvector.psycopg import register_vector
-
-        self.conn = psycopg.connect(url, autocommit=True)
-        register_vector(self.conn)   # as the project's pooled connections (store/db.py)
+        self.conn = self._connect()
         self.space = spaces.active(self.conn)
         self.all_chunks = sql.SQL(CHUNKS_SQL).format(vectors=self.space.table(), where=sql.SQL(""))
         self.some_chunks = sql.SQL(CHUNKS_SQL).format(vectors=self.space.table(),
@@ -429,68 +432,88 @@ class Watch(threading.Thread):
         # page → (searchable, missing, mixed) as last read; the pages cut as of the last sample.
         self.state: dict = {}
         self.cut_before: set = set()
-        self.full_every_s, self._full_at = full_every_s, float("-inf")
+        self.full_every_s, self.search_every_s = full_every_s, search_every_s
         self._next = 0
         self._embedders: dict = {}
-        # With the indexes dropped every search is an exact scan (seconds at 100,000 pages): the
-        # searches may come less often than the set-based check, which runs every sample.
-        self.search_every_s, self._searched_at = search_every_s, float("-inf")
+        self._others = [threading.Thread(target=self._every, args=(full_every_s, self.full_sample), daemon=True),
+                        threading.Thread(target=self._every, args=(search_every_s, self.search), daemon=True)]
 
-    def _read_chunks(self, cut: set, ids: list, every: bool) -> None:
+    def _connect(self):
+        from pgvector.psycopg import register_vector
+
+        conn = psycopg.connect(self.url, autocommit=True)
+        register_vector(conn)   # as the project's pooled connections (store/db.py)
+        return conn
+
+    def _live(self, conn) -> tuple[dict, set]:
+        live = dict(conn.execute(PAGES_SQL, {"sig": self.signature}).fetchall())
+        return live, {page for page, new in live.items() if new}
+
+    def _read_chunks(self, conn, state: dict, cut: set, ids: list, every: bool) -> None:
         if every:
-            rows = self.conn.execute(self.all_chunks, {"sig": self.signature}).fetchall()
+            rows = conn.execute(self.all_chunks, {"sig": self.signature}).fetchall()
         else:
-            rows = self.conn.execute(self.some_chunks, {"sig": self.signature, "ids": ids}).fetchall()
+            rows = conn.execute(self.some_chunks, {"sig": self.signature, "ids": ids}).fetchall()
         seen = set()
         for page, n, with_vector, all_new, mixed in rows:
             seen.add(page)
-            self.state[page] = (page in cut and all_new and with_vector == n, with_vector == 0, mixed)
+            state[page] = (page in cut and all_new and with_vector == n, with_vector == 0, mixed)
         for page in ids:
             if page not in seen:   # no live chunk at all: missing from search
-                self.state[page] = (False, True, False)
+                state[page] = (False, True, False)
 
-    def sample(self) -> Sample:
-        from rag_pipeline.query.retrieval import retrieve
+    def _sample(self, conn, t: float, live: dict, cut: set, state: dict, full: bool, checked: int) -> Sample:
         from rag_pipeline.store import spaces, text_search
 
+        states = [state.get(page, (False, True, False)) for page in live]
+        oid = conn.execute("SELECT to_regclass(%s)::oid", (self.space.index_name(),)).fetchone()[0]
+        return Sample(t, time.time() - t, len(live), len(cut), sum(x[0] for x in states), sum(x[1] for x in states),
+                      sum(x[2] for x in states), spaces.index_state(conn, self.space), oid,
+                      text_search.index_state(conn), full=full, checked=checked)
+
+    def sample(self) -> Sample:
+        """The quick sample (the first one reads every page's chunks)."""
         t = time.time()
-        live = dict(self.conn.execute(PAGES_SQL, {"sig": self.signature}).fetchall())
-        cut = {page for page, new in live.items() if new}
-        full = t - self._full_at >= self.full_every_s
-        if full:
-            self._full_at = t
-            self.state = {}
-            self._read_chunks(cut, list(live), every=True)
-            checked = len(live)
+        live, cut = self._live(self.conn)
+        if not self.state:
+            self._read_chunks(self.conn, self.state, cut, list(live), every=True)
+            checked, full = len(live), True
         else:
             moved = {page for page in cut if page not in self.cut_before or not self.state.get(page, (False,))[0]}
             moved |= {page for page in live if page not in self.state}   # a page that became live since
-            moved = list(moved)
             if moved:
-                self._read_chunks(cut, moved, every=False)
-            checked = len(moved)
+                self._read_chunks(self.conn, self.state, cut, list(moved), every=False)
+            checked, full = len(moved), False
         self.cut_before = cut
-        states = [self.state.get(page, (False, True, False)) for page in live]
-        oid = self.conn.execute("SELECT to_regclass(%s)::oid", (self.space.index_name(),)).fetchone()[0]
-        s = Sample(t, 0.0, len(live), len(cut), sum(x[0] for x in states), sum(x[1] for x in states),
-                   sum(x[2] for x in states), spaces.index_state(self.conn, self.space), oid,
-                   text_search.index_state(self.conn), full=full, checked=checked)
-        t_search = time.time()
-        due = t_search - self._searched_at >= self.search_every_s
-        if due:
-            self._searched_at = t_search
-        for _ in range(min(self.per_sample, len(self.questions)) if due else 0):
-            key, question = self.questions[self._next % len(self.questions)]
-            self._next += 1
-            hits = retrieve(self.conn, self.settings, question, 5, per_page=1, embedder_for=self._embedder)
+        return self._sample(self.conn, t, live, cut, self.state, full, checked)
+
+    def full_sample(self, conn) -> None:
+        t = time.time()
+        live, cut = self._live(conn)
+        state: dict = {}
+        self._read_chunks(conn, state, cut, list(live), every=True)
+        self.samples.append(self._sample(conn, t, live, cut, state, True, len(live)))
+
+    def search(self, conn, questions: list[tuple[str, str]] | None = None) -> Searched:
+        """`searches` of the questions in turn (or each of `questions`): the page must come back, once."""
+        from rag_pipeline.query.retrieval import retrieve
+
+        t = time.time()
+        asked = questions or [self.questions[(self._next + i) % len(self.questions)]
+                              for i in range(min(self.per_sample, len(self.questions)))]
+        if questions is None:
+            self._next += len(asked)
+        done = Searched(t, 0.0, len(asked), [], [])
+        for key, question in asked:
+            hits = retrieve(conn, self.settings, question, 5, per_page=1, embedder_for=self._embedder)
             urls = [h.page_url for h in hits]
-            s.searches += 1
             if key not in urls:
-                s.search_missed.append(key)
-            s.search_twice.extend(u for u, n in Counter(urls).items() if n > 1)
-        s.search_s = time.time() - t_search
-        s.took = time.time() - t
-        return s
+                done.missed.append(key)
+            done.twice.extend(u for u, n in Counter(urls).items() if n > 1)
+        done.took = time.time() - t
+        if questions is None:
+            self.searched.append(done)
+        return done
 
     def _embedder(self, space):
         from rag_pipeline.embedders.factory import make_embedder_for_space
@@ -499,7 +522,21 @@ class Watch(threading.Thread):
             self._embedders[space.space_id] = make_embedder_for_space(self.settings, space)
         return self._embedders[space.space_id]
 
+    def _every(self, every_s: float, work) -> None:
+        if work is self.search and not (self.questions and self.per_sample):
+            return
+        try:
+            with self._connect() as conn:
+                while not self.stopping.is_set():
+                    t = time.monotonic()
+                    work(conn)
+                    self.stopping.wait(max(0.0, every_s - (time.monotonic() - t)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the phase
+            self.error = exc
+
     def run(self) -> None:
+        for thread in self._others:
+            thread.start()
         try:
             while not self.stopping.is_set():
                 s = self.sample()
@@ -511,19 +548,17 @@ class Watch(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(60)
+        for thread in self._others:
+            if thread.is_alive():
+                thread.join(120)
         self.conn.close()
 
     def done_at(self) -> float | None:
-        for s in self.samples:
-            if s.live and s.searchable == s.live:
-                return s.t
-        return None
+        return min((s.t for s in self.samples if s.live and s.searchable == s.live), default=None)
 
     def indexes_valid_at(self, after: float) -> float | None:
-        for s in self.samples:
-            if s.t >= after and s.hnsw == "valid" and s.gin == "valid":
-                return s.t
-        return None
+        return min((s.t for s in self.samples if s.t >= after and s.hnsw == "valid" and s.gin == "valid"),
+                   default=None)
 
 
 def search_questions(pages: list[pt.Page], n: int, seed: int) -> list[tuple[str, str]]:
@@ -634,6 +669,7 @@ class ChangeResult:
     plan_after: dict
     t0: float
     samples: list[Sample]
+    searched: list[Searched]
     searchable_at: float | None
     index_valid_at: float | None
     hnsw_dropped: bool
@@ -782,7 +818,8 @@ def run_change(name: str, env_base: dict[str, str], url: str, dagster_url: str, 
         states = Counter(s.hnsw for s in watch.samples)
         oids = {s.hnsw_oid for s in watch.samples}
         return ChangeResult(
-            name, what, signature, plan, plan_s, plan_after, t0, list(watch.samples), searchable_at, index_valid_at,
+            name, what, signature, plan, plan_s, plan_after, t0, list(watch.samples), list(watch.searched), searchable_at,
+            index_valid_at,
             hnsw_dropped=len(oids) > 1 or any(s != "valid" for s in states), hnsw_states=states, ledger=ledger,
             applied_by=applied_by, twice_ledger=twice, twice_materialized=twice_mat, runs=stats.runs,
             rechunk_run_pages=rechunk_pages, dagster_before=dagster_before, dagster_after=dagster_after,
@@ -950,11 +987,8 @@ def search_settings(url: str, questions_url: str):
 
 def usable_questions(watch: Watch, questions: list[tuple[str, str]], log) -> list[tuple[str, str]]:
     """The questions whose page comes back before the change (a miss later is then the change's)."""
-    per_sample = watch.per_sample
-    watch.questions, watch.per_sample = questions, len(questions)
-    s = watch.sample()
-    watch.per_sample = per_sample
-    kept = [q for q in questions if q[0] not in s.search_missed]
+    missed = watch.search(watch.conn, questions).missed
+    kept = [q for q in questions if q[0] not in missed]
     if len(kept) < len(questions):
         log(f"  ({len(questions) - len(kept)} of {len(questions)} sampled questions miss their page before the "
             "change: left out)")
@@ -1051,28 +1085,33 @@ def print_change(r: ChangeResult) -> None:
           f"{r.event_bytes / live:,.0f} bytes a page")
     print(f"  index database: {r.index_before / 1e6:,.1f} → {r.index_after / 1e6:,.1f} MB")
     n = len(r.samples)
-    took = sorted(s.took for s in r.samples)
-    searches = sum(s.searches for s in r.samples)
-    missed = sum(len(s.search_missed) for s in r.samples)
-    twice = sum(len(s.search_twice) for s in r.samples)
+    quick = [s for s in r.samples if not s.full]
+    full = [s for s in r.samples if s.full]
     m, mt = worst(r.samples, "missing")
     x, xt = worst(r.samples, "mixed")
-    search_s = sorted(s.search_s for s in r.samples)
-    span = max(r.samples[-1].t + r.samples[-1].took - r.samples[0].t, 1e-9)
-    full = [s for s in r.samples if s.full]
-    print(f"  sampler: {n} samples, {len(full)} of them reading every page's chunks (one took median "
-          f"{pt.percentile(sorted(s.took for s in full), 50) if full else 0:.2f} s; the others read median "
-          f"{pt.percentile(sorted(s.checked for s in r.samples if not s.full), 50) if n > len(full) else 0:.0f} pages)")
-    print(f"    (a sample took median {pt.percentile(took, 50):.2f} s, max {took[-1]:.2f} s; "
-          f"its searches median {pt.percentile(search_s, 50):.2f} s, max {search_s[-1]:.2f} s; sampling "
-          f"{sum(took) / span:.0%} of the wall time: the load it adds to the server)")
+    gaps = sorted(b.t - a.t for a, b in zip(quick, quick[1:]))
+    searched = r.searched
+    search_s = sorted(q.took / max(q.asked, 1) for q in searched)
+    missed = sum(len(q.missed) for q in searched)
+    twice = sum(len(q.twice) for q in searched)
+
+    def median(values) -> float:
+        return pt.percentile(sorted(values), 50) if values else float("nan")
+
+    print(f"  sampler: {len(quick)} quick samples (median {median([s.took for s in quick]):.2f} s, every "
+          f"{median(gaps):.2f} s at the median, {max(gaps, default=float('nan')):.2f} s at most; each read the "
+          f"chunks of median {median([s.checked for s in quick]):.0f} pages, at most "
+          f"{max((s.checked for s in quick), default=0):,}), {len(full)} reading every page's chunks (median "
+          f"{median([s.took for s in full]):.2f} s)")
     print(f"    (i) live pages with no searchable chunk: worst {m}" + (f" at {mt - r.t0:.1f} s" if m else ""))
     print(f"    (ii) pages with live chunks of two chunker versions: worst {x}" + (f" at {xt - r.t0:.1f} s" if x else ""))
-    print(f"    (iii) searches: {searches}, page not returned {missed}, a page twice {twice}"
-          + (f" (e.g. {next(p for s in r.samples for p in s.search_missed)})" if missed else ""))
+    print(f"    (iii) searches: {sum(q.asked for q in searched)} (a search took median {median(search_s):.2f} s, max "
+          f"{max(search_s, default=float('nan')):.2f} s), page not returned {missed}, a page twice {twice}"
+          + (f" (e.g. {next(p for q in searched for p in q.missed)})" if missed else ""))
     step = max(1, n // 12)
+    ordered = sorted(r.samples, key=lambda s: s.t)
     print("    t s     cut  searchable  missing  mixed  HNSW     GIN")
-    for s in r.samples[::step] + ([r.samples[-1]] if (n - 1) % step else []):
+    for s in ordered[::step] + ([ordered[-1]] if (n - 1) % step else []):
         print(f"    {s.t - r.t0:6.1f} {s.cut:7d} {s.searchable:11d} {s.missing:8d} {s.mixed:6d}  {s.hnsw:8} {s.gin}")
     if r.backfill:
         print_backfill(r)
