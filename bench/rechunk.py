@@ -54,7 +54,11 @@ page, event rows and bytes, whether the HNSW index was dropped, and the worst sa
     .venv/bin/python bench/rechunk.py [--pages 2000] [--timeout 3600] [--keep]
         [--only sensor|backfill|overlap]... [--sample-every 1.0] [--full-every 0] [--searches 3] [--search-every 0]
         [--overlap-s 120]
-        [--backfill-form job|assets] [--code-rev REV | --code-dir DIR]
+        [--backfill-form job|assets] [--planned-subsets] [--code-rev REV | --code-dir DIR]
+
+`--planned-subsets`: DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true for every service, so a
+backfill's range run is created with one planned event an asset instead of one a page and an asset
+(bench/README.md: what the daemon spends creating range runs).
 
 Ctrl-C (or SIGTERM) stops every process the bench started and removes its databases.
 
@@ -1182,12 +1186,18 @@ def main() -> int:
                         help="seconds rechunk_sensor runs beside the backfill (0: never)")
     parser.add_argument("--backfill-form", choices=["job", "assets"], default="job",
                         help="the `rechunk` job page's launch (job) or the asset page's (assets)")
+    parser.add_argument("--planned-subsets", action="store_true",
+                        help="DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true for every service: a range run "
+                             "is created with one planned event an asset, not one a page and an asset")
     parser.add_argument("--code-rev", metavar="REV", help="run the services from `git archive REV`")
     parser.add_argument("--code-dir", metavar="DIR", type=Path, help="run the services from this copy")
     args = parser.parse_args()
 
+    main_pid = os.getpid()
+
     def interrupted(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        if os.getpid() == main_pid:   # not in the corpus builder's forked workers, which a pool ends so
+            raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
@@ -1219,6 +1229,9 @@ def main() -> int:
             for name in ("CHUNK_MAX_TOKENS", "CHUNK_OVERLAP_TOKENS"):
                 env.pop(name, None)
             env.update({"DAGSTER_HOME": str(home), "DAGSTER_POSTGRES_URL": dagster_url})
+            if args.planned_subsets:
+                env["DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"] = "true"
+                say("planned events: one an asset a run (DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=true)")
             load = load_site(pages, env, url, dagster_url, work, code, args)
             phase = load["phase"]
             say(f"load: {phase.watched:,} pages searchable in {phase.searchable_s:.1f} s, indexes valid after "
