@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rag_pipeline.core.chunking import ChunkBudget, Window, chunk_markdown, chunker_signature
+from rag_pipeline.core.tokens import count_tokens
 from bench.corpus import PageGenerator, render
 
 # A stand-in for a wordpiece tokenizer that reads more tokens than cl100k on code and numbers:
@@ -64,11 +65,14 @@ def test_one_unit_the_window_cannot_read_is_cut_at_its_sentences() -> None:
     assert all(c.content.rstrip().endswith(".") for c in fitted)   # whole sentences
 
 
-def test_a_single_character_wider_than_the_window_is_kept_not_looped_on() -> None:
-    # Pathological: no cut can make it fit. The chunk is kept (the model reads its start).
+def test_text_the_window_can_never_read_is_cut_to_single_tokens_and_kept() -> None:
+    # Pathological: no cut can make it fit. Cut as far as tokens go, then kept (the model reads
+    # its start), never looped on.
     tiny = Window("tiny", 1, lambda text: len(text) + 2)
-    fitted = chunk_markdown("ab\n", 160, 32, tiny)
-    assert "".join(c.content for c in fitted) == "ab\n"
+    text = "word word word.\n"
+    fitted = chunk_markdown(text, 160, 32, tiny)
+    assert "".join(c.content for c in fitted) == text
+    assert len(fitted) >= 4 and all(count_tokens(c.content) == 1 for c in fitted)
 
 
 def test_an_edit_still_moves_at_most_the_chunks_near_it() -> None:
