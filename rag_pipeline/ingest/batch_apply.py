@@ -39,7 +39,7 @@ from rag_pipeline.store import chunks as chunk_store
 from rag_pipeline.store import db, deliveries, pages, spaces
 
 __all__ = ["PAGE_LOCK_CLASS", "Event", "Failed", "RetryPolicy", "Skipped", "Sourced", "Staged", "Switched",
-           "apply_batch", "stage_pages", "switch_pages", "take_sources"]
+           "apply_batch", "apply_range", "stage_pages", "switch_pages", "take_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
     fails as a whole, it is done again page by page, so that only the page at fault fails.
     """
     db.require_autocommit(conn, "a batch")   # its steps commit as they go, and a thread writes beside it
-    ahead: _Embedding | None = None
     try:
         work: list[_Page] = []
         for page in _lock_pages(conn, items, batch_key):
@@ -83,44 +82,51 @@ def apply_batch(conn: psycopg.Connection, items: Sequence[WorkItem], *, batch_ke
         if not rechunk:
             yield from _take_sources(conn, work, max_page_bytes, retry)
             _learn_young_sites(conn, [p.item.page_url for p in work if not p.failed])
-        switched = []
-        # Slice k+1 is cut while slice k is embedded in a thread: the chunker and the API overlap.
-        halted: PageFailure | None = None   # for the pages of the slices after a failed call
-        for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
-            if halted is None:
-                yield from _stage_all(conn, part, budget, retry)
-            if ahead is not None:
-                yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
-                if ahead.halted is not None:   # never sent, so tried again whatever failed that call
-                    halted = PageFailure(f"not sent: an earlier slice's embedding call failed: "
-                                         f"{ahead.halted.reason}", retryable=True)
-                ahead = None
-            if halted is not None:
-                # The embedding call of a slice failed as a whole (the API away past the embedder's
-                # retries): the pages left wait for their retry too, rather than each slice
-                # spending the embedder's whole retry schedule on an API that is down.
-                for page in part:
-                    if not page.failed:
-                        yield _fail(conn, page, "embeddings", halted, retry)
-                continue
-            ahead = _embed_ahead(conn, [p for p in part if not p.failed], embedder_for, active, retry)
-            yield from ahead.refused
-        if ahead is not None:
-            yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
-            ahead = None
+        switched = yield from _cut_and_switch(conn, work, budget, embedder_for, active, run_id, retry)
         # A re-chunk has no delivery to count failed tries on: its page keeps the lease until it runs
         # out (BATCH_LEASE_S), which spaces out the retries of a page that keeps failing.
         _release(conn, switched + ([] if rechunk else [p.item.page_url for p in work if p.failed]), batch_key)
     finally:
-        # Stopped part-way (an error, a closed generator, the run cancelled): an embedding call
-        # still under way is not waited for (its thread is a daemon, and never touches `conn`);
-        # it caches what it paid for on a connection of its own, if the process lives that long.
         _unlock_all(conn)
 
 
+def _cut_and_switch(conn, work: list[_Page], budget: ChunkBudget, embedder_for, active, run_id,
+                    retry) -> Iterator[Event]:
+    """Slice by slice, each slice cut while the one before it is embedded; returns the pages switched.
+    Stopped part-way (an error, a closed generator, the run cancelled), an embedding call still under
+    way is not waited for (its thread is a daemon, and never touches `conn`); it caches what it paid
+    for on a connection of its own, if the process lives that long."""
+    ahead: _Embedding | None = None
+    switched = []
+    # Slice k+1 is cut while slice k is embedded in a thread: the chunker and the API overlap.
+    halted: PageFailure | None = None   # for the pages of the slices after a failed call
+    for part in slices([p for p in work if not p.failed], _tokens_of, SLICE_TOKENS, SLICE_PAGES):
+        if halted is None:
+            yield from _stage_all(conn, part, budget, retry)
+        if ahead is not None:
+            yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
+            if ahead.halted is not None:   # never sent, so tried again whatever failed that call
+                halted = PageFailure(f"not sent: an earlier slice's embedding call failed: "
+                                     f"{ahead.halted.reason}", retryable=True)
+            ahead = None
+        if halted is not None:
+            # The embedding call of a slice failed as a whole (the API away past the embedder's
+            # retries): the pages left wait for their retry too, rather than each slice
+            # spending the embedder's whole retry schedule on an API that is down.
+            for page in part:
+                if not page.failed:
+                    yield _fail(conn, page, "embeddings", halted, retry)
+            continue
+        ahead = _embed_ahead(conn, [p for p in part if not p.failed], embedder_for, active, retry)
+        yield from ahead.refused
+    if ahead is not None:
+        yield from _switch_slice(conn, ahead, embedder_for, run_id, retry, switched)
+    return switched
+
+
 def _learn_young_sites(conn, urls: list[str]) -> None:
-    """A young site's template learned before its pages are cut (crawl/template_learning.py):
-    never a reason to fail the batch, which cuts with the template it has."""
+    """A young site's template learned before its pages are cut (crawl/template_learning.py): never
+    a reason to fail the batch, which cuts with the template it has."""
     if not urls:
         return
     try:
@@ -215,39 +221,54 @@ def take_sources(conn: psycopg.Connection, urls: Sequence[str], max_page_bytes: 
     yield from _take_sources(conn, [_Page(WorkItem(url, None, 0)) for url in urls], max_page_bytes, retry)
 
 
-def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget,
-                retry: RetryPolicy) -> Iterator[Staged | Failed]:
-    """The `chunks` step of a run over many partitions: each page's stored text cut anew."""
-    budget = ChunkBudget(*chunk_budget(spaces.active(conn)))
-    yield from _stage_all(conn, [_pending(conn, url)[0] for url in urls], budget, retry)
+def apply_range(conn: psycopg.Connection, urls: Sequence[str], *, lease_key: str, embedder_for: indexing.EmbedderFor,
+                chunk_budget, retry: RetryPolicy, run_id: str | None = None) -> Iterator[Event]:
+    """The `chunks` and `embeddings` steps of a run over many partitions, as a batch takes them: each
+    page's stored text cut anew and switched in, slice by slice, a slice cut while the one before it
+    is embedded. ``lease_key`` is the run's lease on the pages (range_runs.py); a page's failure is
+    recorded on the delivery its source came from, if that crawl is not applied yet."""
+    db.require_autocommit(conn, "a range")
+    try:
+        pending = _pending_many(conn, urls)
+        work: list[_Page] = []
+        for page in _lock_pages(conn, [pending[url].item for url in urls], lease_key):
+            if isinstance(page, Skipped):
+                yield page
+            else:
+                work.append(pending[page.item.page_url])
+        active = spaces.active(conn)
+        yield from _cut_and_switch(conn, work, ChunkBudget(*chunk_budget(active)), embedder_for, active, run_id, retry)
+    finally:
+        _unlock_all(conn)
+
+
+def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget, retry: RetryPolicy) -> Iterator[Event]:
+    """The `chunks` step alone over many partitions: each page's stored text cut anew."""
+    yield from _stage_all(conn, list(_pending_many(conn, urls).values()), ChunkBudget(*chunk_budget(spaces.active(conn))), retry)
 
 
 def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: indexing.EmbedderFor,
                  run_id: str | None, retry: RetryPolicy) -> Iterator[Switched | Failed]:
     """The `embeddings` step of a run over many partitions: what the pages' staged chunks lack
     embedded in requests shared across them, then each page switched in on its own."""
-    work = []
+    work = list(_pending_many(conn, urls).values())
+    for page in work:
+        page.staged = chunk_store.staged(conn, page_id(page.item.page_url), page.stage_hash) if page.stage_hash else []
+    yield from _embed_and_switch(conn, work, embedder_for, spaces.active(conn), run_id, retry)
+
+
+def _pending_many(conn, urls: Sequence[str]) -> dict[str, _Page]:
+    """Each page as a later step of its run finds it: its source hash, and the delivery its source
+    came from while that crawl is not applied yet (a failure is recorded there; none: a re-chunk)."""
+    rows = pages.get_many(conn, urls)
+    found = {}
     for url in urls:
-        page, source_hash = _pending(conn, url)
-        page.staged = chunk_store.staged(conn, page_id(url), source_hash) if source_hash else []
-        page.stage_hash = source_hash
-        work.append(page)
-    active = spaces.active(conn)
-    yield from _embed_and_switch(conn, work, embedder_for, active, run_id, retry)
-
-
-def _pending(conn, url: str) -> tuple[_Page, str | None]:
-    """A page as a later step of its run finds it, and its source hash: with the delivery its
-    source came from while that crawl is not applied yet (a failure is recorded there), else
-    none (a re-chunk)."""
-    page = pages.get(conn, url)
-    if page is None:
-        return _Page(WorkItem(url, None, 0)), None
-    if not page.source_delivery_id or page.source_delivery_id <= (page.applied_delivery_id or 0):
-        return _Page(WorkItem(url, None, 0)), page.source_hash
-    source = indexing.SourceResult("updated", page.source_hash, page.source_delivery_id,
-                                   len(page.source_text or ""), 0)
-    return _Page(WorkItem(url, None, 0), source=source), page.source_hash
+        page = rows.get(url)
+        chars = len(page.source_text or "") if page else 0
+        found[url] = _Page(WorkItem(url, None, 0, chars), stage_hash=page.source_hash if page else None)
+        if page and page.source_delivery_id and page.source_delivery_id > (page.applied_delivery_id or 0):
+            found[url].source = indexing.SourceResult("updated", page.source_hash, page.source_delivery_id, chars, 0)
+    return found
 
 
 def _take_source(conn, page: _Page, max_page_bytes, retry) -> Iterator[Sourced | Failed]:

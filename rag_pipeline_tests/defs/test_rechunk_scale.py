@@ -42,6 +42,7 @@ def loaded(database_url, monkeypatch, conn):
         pipeline.tick()                      # the load's indexes built again, if it dropped them
         assert conn.execute("SELECT count(*) FROM pages WHERE indexed_hash = source_hash").fetchone()[0] == PAGES
         assert scans(conn) == ("hnsw", "gin")
+        pipeline.fake = fake
         yield pipeline
 
 
@@ -160,11 +161,12 @@ def test_a_range_run_leaves_the_pages_a_sensor_batch_holds_and_says_so(loaded, c
         instance=pipeline.instance, tags={"dagster/asset_partition_range_start": keys[0],
                                           "dagster/asset_partition_range_end": keys[-1]})
     assert again.success
-    for asset, said in (("chunks", "already cut with"), ("embeddings", "nothing staged to switch in")):
+    for asset in ("chunks", "embeddings"):   # one step for both: one lease, one reason
         for key in keys:
             (record,) = pipeline.instance.fetch_materializations(dg.AssetRecordsFilter(
                 asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=1).records
-            assert record.run_id == again.run_id and said in record.asset_materialization.metadata["skipped"].value
+            assert record.run_id == again.run_id
+            assert "already cut with" in record.asset_materialization.metadata["skipped"].value
     assert ledger_since(conn, mark) == {url(n): 1 for n in range(PAGES)}
 
 
@@ -184,3 +186,40 @@ def test_a_ui_backfill_alone_plans_the_rechunk_and_makes_way_for_it(loaded, conn
     assert scans(conn) == ("hnsw", "gin")
     assert {r[0] for r in conn.execute("SELECT DISTINCT chunker_version FROM chunks")} == {
         chunking.chunker_signature(40, 0)}
+
+
+def test_a_range_run_cuts_and_switches_in_one_step_and_a_refused_page_fails_alone(loaded, conn, monkeypatch):
+    """A UI backfill's range run takes `chunks` and `embeddings` in one step, as a batch does (a
+    slice cut while the one before it is embedded); a page the model refuses fails on its own
+    partition, keeps serving its old chunks, and is not left leased."""
+    pipeline = loaded
+    configure(monkeypatch, CHUNK_MAX_TOKENS="40", CHUNK_OVERLAP_TOKENS="0")
+    old = conn.execute("SELECT chunker_version FROM pages WHERE url = %s", (url(7),)).fetchone()[0]
+    pipeline.fake.poison("Kestrel quay 7 line")
+    keys = pipeline.partitions()
+    ranged = pipeline.defs.resolve_job_def("rechunk").execute_in_process(raise_on_error=False,
+        instance=pipeline.instance, tags={"dagster/asset_partition_range_start": keys[0],
+                                          "dagster/asset_partition_range_end": keys[-1]})
+    assert not ranged.success
+    assert [s.step_key for s in pipeline.instance.get_run_step_stats(ranged.run_id)] == ["chunks_and_embeddings"]
+    (failure,) = [e for e in ranged.all_events if e.is_step_failure]
+    assert "1 of 30 page(s) failed" in failure.step_failure_data.error.message and url(7) in failure.step_failure_data.error.message
+
+    def latest(asset: str, key: str, fetch):
+        records = fetch(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=1).records
+        return records[0] if records and records[0].run_id == ranged.run_id else None
+
+    signature = chunking.chunker_signature(40, 0)
+    for key in keys:
+        switched = latest("embeddings", key, pipeline.instance.fetch_materializations)
+        observed = latest("embeddings", key, pipeline.instance.fetch_observations)
+        assert latest("chunks", key, pipeline.instance.fetch_materializations) is not None   # cut, in this run
+        if key == url(7):
+            assert switched is None and observed.asset_observation.metadata["status"].value == "failed"
+        else:
+            assert switched.asset_materialization.metadata["status"].value == "switched" and observed is None
+    versions = dict(conn.execute("SELECT url, chunker_version FROM pages").fetchall())
+    assert versions == {key: old if key == url(7) else signature for key in keys}
+    assert conn.execute("SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s "
+                        "AND c.chunker_version = %s", (url(7), old)).fetchone()[0] > 0   # still served
+    assert conn.execute("SELECT count(*) FROM pages WHERE leased_until IS NOT NULL").fetchone()[0] == 0

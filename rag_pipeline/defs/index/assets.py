@@ -3,13 +3,15 @@ catch-all's `pages`, `chunks`, `embeddings` here, and each declared site's (or s
 prefixed by it, built by the same `page_assets` from the site component.
 
 Materialized by hand from the UI (one page, or a backfill in ranges of up to RANGE_PAGES pages a
-run: each step goes through its pages one by one, the embedding requests shared across them, and
-one page's failure leaves the others done). Delivery batches report these assets' partitions from
-`index_batch` (batch_apply.py) with the same metadata.
+run; one page's failure leaves the others done). `chunks` and `embeddings` are one op (either may be
+selected alone): a range run cuts and embeds as a batch run does, a slice cut while the one before
+it is embedded, where two steps would cut the whole range before embedding any of it. Delivery
+batches report these assets' partitions from `index_batch` (batch_apply.py) with the same metadata.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import dagster as dg
 
@@ -21,7 +23,7 @@ from rag_pipeline.defs.index.metadata import chunk_metadata, failure_metadata, s
 from rag_pipeline.defs.index.partitions import pages_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from rag_pipeline.ingest import batch_apply
-from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy
+from rag_pipeline.ingest.batch_apply import Failed, RetryPolicy, Skipped, Staged, Switched
 from rag_pipeline.ingest.failures import classify
 from rag_pipeline.settings import SettingsError, load_settings
 from rag_pipeline.store import spaces
@@ -80,25 +82,40 @@ def _collect(events, describe) -> tuple[dict[str, dict], list[Failed]]:
     return done, failed
 
 
-def _result(context: dg.AssetExecutionContext, done: dict[str, dict], failed: list[Failed],
-            skipped: dict[str, str] | None = None) -> dg.MaterializeResult:
-    """Each page of the step on its own partition, with its own metadata. When some failed, the
-    step fails (its other pages are done and recorded as materialized, the failed ones observed
-    with `status: failed`), so a partition never shows a materialization of work that failed. A
-    page the step left to another batch says so (`skipped`: range_runs.py)."""
-    done = {**{url: range_runs.skipped_metadata(why) for url, why in (skipped or {}).items()}, **done}
+@dataclass
+class Outcome:
+    """One asset's pages in a run: done (with their metadata), failed, or left (why)."""
+
+    key: dg.AssetKey
+    done: dict[str, dict] = field(default_factory=dict)
+    failed: list[Failed] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def reported(self) -> dict[str, dict]:
+        return {**{url: range_runs.skipped_metadata(why) for url, why in self.skipped.items()}, **self.done}
+
+
+def _results(context: dg.AssetExecutionContext, outcomes: list[Outcome]) -> list[dg.MaterializeResult]:
+    """Each page of each asset on its own partition, with its own metadata. When some failed, the
+    run fails (the other pages are done and recorded as materialized, the failed ones observed with
+    `status: failed`), so a partition never shows a materialization of work that failed. A page the
+    run left to another batch says so (`skipped`: range_runs.py)."""
+    failed = [f for outcome in outcomes for f in outcome.failed]
     if not failed:
-        compat.add_partitions_metadata(context, done)   # one call for the range, not one a page
-        return dg.MaterializeResult()
+        for outcome in outcomes:   # one call for the range, not one a page
+            compat.add_partitions_metadata(context, outcome.reported(), outcome.key)
+        return [dg.MaterializeResult(asset_key=outcome.key) for outcome in outcomes]
     writer = EventWriter(context.op_execution_context)
-    for url, metadata in done.items():
-        writer.add(dg.AssetMaterialization(asset_key=context.asset_key, partition=url, metadata=metadata))
-    for event in failed:
-        context.log.warning(f"{event.page_url}: {event.failure.reason}")
-        writer.add(dg.AssetObservation(asset_key=context.asset_key, partition=event.page_url,
-                                       metadata=failure_metadata(event)))
+    for outcome in outcomes:
+        for url, metadata in outcome.reported().items():
+            writer.add(dg.AssetMaterialization(asset_key=outcome.key, partition=url, metadata=metadata))
+        for event in outcome.failed:
+            context.log.warning(f"{event.page_url}: {event.step} failed: {event.failure.reason}")
+            writer.add(dg.AssetObservation(asset_key=outcome.key, partition=event.page_url,
+                                           metadata=failure_metadata(event)))
     writer.flush()
-    raise pages_failed(failed, len(done) + len(failed), len(done))
+    pages = {f.page_url for f in failed}
+    raise pages_failed(failed, len(pages | {u for o in outcomes for u in o.done}), len(outcomes[-1].done))
 
 
 PAGES_MEANS = ("The newest crawled content of each page, normalized: the source every chunk is cut from. Kept in "
@@ -141,82 +158,79 @@ def page_assets(prefix: list[str], partitions_def: dg.DynamicPartitionsDefinitio
     def pages(context: dg.AssetExecutionContext, postgres: PostgresResource,
               settings: SettingsResource) -> dg.MaterializeResult:
         current = settings.get()
+        outcome = Outcome(context.asset_key)
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-            done, failed = _collect(
+            outcome.done, outcome.failed = _collect(
                 batch_apply.take_sources(conn, context.partition_keys, current.webhook_max_page_bytes,
-                                   RetryPolicy.from_settings(current)),
+                                         RetryPolicy.from_settings(current)),
                 lambda event: source_metadata(event.result))
             set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set], ["pages"])
-        return _result(context, done, failed)
+        return _results(context, [outcome])[0]
 
-    @dg.asset(
-        key_prefix=prefix,
-        name="chunks",
-        description=_described(CHUNKS_MEANS),
-        partitions_def=partitions_def,
-        group_name=group,
-        backfill_policy=ranged_backfill,
-        deps=[pages],
-        code_version=CHUNKER_VERSION,
-        kinds={"postgres"},
-    )
-    def chunks(
-        context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
-        settings: SettingsResource,
-    ) -> dg.MaterializeResult:
-        current = settings.get()
-        with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-            # Sized to the model the pages will be embedded with: the active space's.
-            budget = embedder.chunk_budget(spaces.active(conn))
-            lease = range_runs.take(conn, context.partition_keys, context.run.run_id, current.batch_lease_s,
-                                    signature=chunker_signature(*budget))
-            range_runs.note_rechunk(context.op_execution_context, conn, current, budget, lease.held)
-            try:
-                done, failed = _collect(
-                    batch_apply.stage_pages(conn, lease.held, embedder.chunk_budget, RetryPolicy.from_settings(current)),
-                    lambda event: chunk_metadata(event.result, event.budget))
-            except BaseException:
-                range_runs.release(conn, lease, lease.held)
-                raise
-            range_runs.release(conn, lease, [f.page_url for f in failed])
-            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set], ["chunks"])
-        return _result(context, done, failed, lease.skipped)
+    chunks_key, embeddings_key = dg.AssetKey([*prefix, "chunks"]), dg.AssetKey([*prefix, "embeddings"])
 
-    @dg.asset(
-        key_prefix=prefix,
-        name="embeddings",
-        description=_described(EMBEDDINGS_MEANS),
-        partitions_def=partitions_def,
-        group_name=group,
+    @dg.multi_asset(
+        name="__".join([*prefix, "chunks_and_embeddings"]),
+        specs=[
+            dg.AssetSpec(chunks_key, description=_described(CHUNKS_MEANS), deps=[pages], group_name=group,
+                         partitions_def=partitions_def, code_version=CHUNKER_VERSION, kinds={"postgres"},
+                         skippable=True),
+            dg.AssetSpec(embeddings_key, description=_described(EMBEDDINGS_MEANS), deps=[chunks_key],
+                         group_name=group, partitions_def=partitions_def,
+                         kinds={"postgres", "pgvector", embedder_kind}, skippable=True),
+        ],
+        can_subset=True,
         backfill_policy=ranged_backfill,
-        deps=[chunks],
-        kinds={"postgres", "pgvector", embedder_kind},
         pool=EMBEDDING_POOL,
         # No step retries: the embedder already retries blips (429/5xx, with backoff), and a page that
         # failed has its delivery tried again by delivery_sensor (RUN_RETRY_*), which outlasts an outage.
     )
-    def embeddings(
+    def chunks_and_embeddings(
         context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
         settings: SettingsResource,
-    ) -> dg.MaterializeResult:
-        # Embedded with the active space's model, whatever is configured (the configured model makes
-        # only the first space; `space build` / `space activate` switch models).
-        seen: dict = {}
+    ):
+        """Both in one step when both are selected (a backfill, a page run): a slice of pages is cut
+        while the one before it is embedded, as in a batch run. Either alone works on its own."""
+        selected = context.selected_asset_keys
         current = settings.get()
+        retry = RetryPolicy.from_settings(current)
+        run_id = context.run.run_id
         with postgres.connect() as conn, _failures_a_retry_cannot_fix():
-            # The pages its `chunks` step leased (or, run alone, those no batch holds).
-            lease = range_runs.take(conn, context.partition_keys, context.run.run_id, current.batch_lease_s)
+            if chunks_key in selected:
+                # Sized to the model the pages will be embedded with: the active space's.
+                budget = embedder.chunk_budget(spaces.active(conn))
+                lease = range_runs.take(conn, context.partition_keys, run_id, current.batch_lease_s,
+                                        signature=chunker_signature(*budget))
+                range_runs.note_rechunk(context.op_execution_context, conn, current, budget, lease.held)
+            else:   # `embeddings` alone: the pages no batch holds, with chunks staged
+                lease = range_runs.take(conn, context.partition_keys, run_id, current.batch_lease_s)
+            chunks = Outcome(chunks_key, skipped=dict(lease.skipped))
+            switched = Outcome(embeddings_key, skipped=dict(lease.skipped))
+            seen: dict = {}
             try:
-                done, failed = _collect(
-                    batch_apply.switch_pages(conn, lease.held, embedder.for_space, context.run.run_id,
-                                             RetryPolicy.from_settings(current)),
-                    lambda event: switch_metadata(conn, event.result, embedder, seen, context.log))
+                if embeddings_key not in selected:
+                    events = batch_apply.stage_pages(conn, lease.held, embedder.chunk_budget, retry)
+                elif chunks_key not in selected:
+                    events = batch_apply.switch_pages(conn, lease.held, embedder.for_space, run_id, retry)
+                else:
+                    events = batch_apply.apply_range(conn, lease.held, lease_key=lease.key, retry=retry, run_id=run_id,
+                                                     embedder_for=embedder.for_space, chunk_budget=embedder.chunk_budget)
+                for event in events:
+                    if isinstance(event, Staged):
+                        chunks.done[event.page_url] = chunk_metadata(event.result, event.budget)
+                    elif isinstance(event, Switched):
+                        switched.done[event.page_url] = switch_metadata(conn, event.result, embedder, seen, context.log)
+                    elif isinstance(event, Failed):
+                        (chunks if event.step == "chunks" else switched).failed.append(event)
+                    elif isinstance(event, Skipped):
+                        chunks.skipped[event.page_url] = switched.skipped[event.page_url] = event.reason
             finally:
                 range_runs.release(conn, lease, lease.held)
-            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set], ["embeddings"])
-        return _result(context, done, failed, lease.skipped)
+            set_checks.log_evaluations(context.op_execution_context, conn, current, [page_set],
+                                       [key.path[-1] for key in (chunks_key, embeddings_key) if key in selected])
+        yield from _results(context, [o for o in (chunks, switched) if o.key in selected])
 
-    return [pages, chunks, embeddings]
+    return [pages, chunks_and_embeddings]
 
 
 def _embedder_kind() -> str:

@@ -2,7 +2,7 @@
 leases its pages as a batch does, so that it never applies a page beside rechunk_sensor's or a
 delivery's batch: a page another batch holds is left to it, a page already cut with the current
 chunker is left as it is, and the UI says which on the page's partition. The lease is the run's
-(key `run-<run id>`); it ends when the run's `embeddings` step has switched the page, and if the
+(key `run-<run id>`); it ends when the run's step has switched the page (or given it up), and if the
 run dies it runs out (BATCH_LEASE_S) for the sensors to take the page again.
 
 When the range holds pages a chunker change made due (a re-chunk, from the `rechunk` job or the
@@ -34,11 +34,11 @@ def lease_key(run_id: str) -> str:
 
 
 def take(conn, urls: list[str], run_id: str, lease_s: float, *, signature: str | None = None) -> RangeLease:
-    """The range's pages this run may apply, in the range's order: those it holds already (its
-    earlier step) and those no batch holds, leased now. With `signature` (the chunks step), a page
-    already indexed from its source as cut with it is left out; without (the embeddings step), a
-    page this run does not hold is taken only if it has chunks staged to switch in (a run of
-    `embeddings` alone), so a page another batch switched meanwhile is not reported again."""
+    """The range's pages this run may apply, in the range's order: those it holds already (an
+    earlier try of its step) and those no batch holds, leased now. With `signature` (`chunks`
+    selected), a page already indexed from its source as cut with it is left out; without (a run of
+    `embeddings` alone), a page this run does not hold is taken only if it has chunks staged to
+    switch in, so a page another batch switched meanwhile is not reported again."""
     key = lease_key(run_id)
     with conn.transaction():
         mine = pages.leased_to(conn, urls, key)
