@@ -18,7 +18,12 @@ def test_dg_run_from_the_venv_without_activating_it_prints_no_venv_warning(tmp_p
     project's pyproject.toml beside a .venv reproduces that wherever the suite's venv lives."""
     shutil.copy(CHECKOUT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / ".venv").mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    # Dagster's one-time telemetry notice (printed by the first dagster command a machine runs, with
+    # no DAGSTER_HOME) is not this warning: an instance that opts out keeps it off stderr.
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}, "DAGSTER_HOME": str(home)}
     done = subprocess.run([str(BIN / "dg"), "list", "envs"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
