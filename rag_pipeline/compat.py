@@ -168,25 +168,32 @@ def embedded_server_known(package: Any, pgdata: Path) -> Any | None:
 
 
 def store_planned_batch(storage: Any, events: Sequence[Any]) -> bool:
-    """Store the ASSET_MATERIALIZATION_PLANNED events of a run's creation (one a partition and an
-    asset) in one insert, and each asset's entry once, from its newest event; False (nothing
-    stored) for a batch holding any other event. dagster-postgres's own `store_event_batch` does
-    this for materializations and observations only, and stores other kinds one by one, each on a
-    new connection (measured: 9-20 ms an event, 2,000 a 1,000-page range run, created one after
-    another by the backfill daemon). The rows and the entries are the ones `store_event` writes."""
+    """Store the planned events of a run's creation: its ASSET_MATERIALIZATION_PLANNED events (one a
+    partition and an asset) in one insert, each asset's entry once, from its newest event, and the
+    others (a planned check evaluation) as `store_event` does; False (nothing stored) for a batch of
+    any other kind. dagster-postgres's own `store_event_batch` does this for materializations and
+    observations only, and stores other kinds one by one, each on a new connection (measured: 9-20
+    ms an event, 2,000 a 1,000-page range run, created one after another by the backfill daemon).
+    The rows and the entries are the ones `store_event` writes."""
     from dagster._core.events import DagsterEventType
     from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 
-    if not events or any(e.get_dagster_event().event_type != DagsterEventType.ASSET_MATERIALIZATION_PLANNED
-                         for e in events):
+    planned_kinds = {DagsterEventType.ASSET_MATERIALIZATION_PLANNED, DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED}
+    kinds = [e.get_dagster_event().event_type for e in events]
+    if not events or not set(kinds) <= planned_kinds:
         return False
-    with storage._connect() as conn:  # noqa: SLF001 - see the docstring
-        result = conn.execute(storage.prepare_insert_event_batch(events).returning(SqlEventLogStorageTable.c.id))
-        ids = [int(row[0]) for row in result.fetchall()]
-    newest: dict = {}
-    for event, event_id in zip(events, ids):
-        newest[event.get_dagster_event().asset_key] = (event, event_id)
-    with storage.index_transaction() as conn:
-        for event, event_id in newest.values():
-            storage._store_asset_event(conn, event, event_id)  # noqa: SLF001
+    planned = [e for e, kind in zip(events, kinds) if kind == DagsterEventType.ASSET_MATERIALIZATION_PLANNED]
+    if planned:
+        with storage._connect() as conn:  # noqa: SLF001 - see the docstring
+            result = conn.execute(storage.prepare_insert_event_batch(planned).returning(SqlEventLogStorageTable.c.id))
+            ids = [int(row[0]) for row in result.fetchall()]
+        newest: dict = {}
+        for event, event_id in zip(planned, ids):
+            newest[event.get_dagster_event().asset_key] = (event, event_id)
+        with storage.index_transaction() as conn:
+            for event, event_id in newest.values():
+                storage._store_asset_event(conn, event, event_id)  # noqa: SLF001
+    for event, kind in zip(events, kinds):
+        if kind != DagsterEventType.ASSET_MATERIALIZATION_PLANNED:
+            storage.store_event(event)
     return True

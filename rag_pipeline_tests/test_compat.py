@@ -182,7 +182,11 @@ def test_a_range_runs_planned_events_are_stored_in_one_batch_and_read_per_partit
     def embedded(context) -> None:
         return None
 
-    defs = dg.Definitions(assets=[cut, embedded])
+    @dg.asset_check(asset=embedded)
+    def embedded_check() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=True)
+
+    defs = dg.Definitions(assets=[cut, embedded], asset_checks=[embedded_check])
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         storage = instance.event_log_storage
         assert isinstance(storage, EventLogStorage)
@@ -196,6 +200,9 @@ def test_a_range_runs_planned_events_are_stored_in_one_batch_and_read_per_partit
         assert not result.success
         planned = [e for e in one_by_one if e.dagster_event and e.dagster_event.is_asset_materialization_planned]
         assert planned == [], f"{len(planned)} planned events stored one by one"
+        # The planned check beside them, in the same batch, stored as Dagster stores it.
+        check = dg.AssetCheckKey(embedded.key, "embedded_check")
+        assert compat.latest_check_records(instance, [check])[check].run_id == result.run_id
         for key in (cut.key, embedded.key):
             attempts = storage.get_latest_asset_partition_materialization_attempts_without_materializations(key)
             assert sorted(attempts) == sorted(keys)
