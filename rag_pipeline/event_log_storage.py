@@ -1,8 +1,8 @@
 """The instance's event log (deploy/dagster.yaml): dagster-postgres's, with the planned events of a
 run's creation stored in one statement.
 
-A backfill over a site's pages creates a run a range of up to 1,000 pages, and Dagster writes a
-planned event for each partition and asset of the range as it creates the run: 2,000 events, which
+A backfill over a site's pages creates a run a range of up to 2,000 pages, and Dagster writes a
+planned event for each partition and asset of the range as it creates the run: 4,000 events, which
 dagster-postgres stores one by one on a new connection each (9-20 ms apiece). The backfill daemon
 creates its runs one after another, so at 100,000 pages run creation, not the runs, set the pace
 (one range every 40-58 s, bench/README.md). Stored as one batch, they take well under a second, and

@@ -7,7 +7,7 @@ index_page_job = dg.define_asset_job(
     name="index_page",
     # Index-wide checks run in their own scheduled job, not in every page run.
     selection=dg.AssetSelection.assets(PAGES, CHUNKS, EMBEDDINGS).without_checks(),
-    description="Re-index pages (one, or a UI backfill in ranges of up to 1,000 a run): newest delivery → "
+    description="Re-index pages (one, or a UI backfill in ranges of up to 2,000 a run): newest delivery → "
                 "chunks → vectors, each page switched in its own transaction.",
 )
 
