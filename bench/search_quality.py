@@ -13,7 +13,11 @@ true 10), latency p50/p95/p99 per ef_search, and the default the project uses. L
 `SEARCH recall@10=… p95=…ms at N chunks` (the project's default search settings, incremental index).
 
     .venv/bin/python bench/search_quality.py [--pages 5000] [--chunks-per-page 20] [--queries 500]
-        [--ef 40,80,120,160,200,320] [--clusters 200] [--seed 5]
+        [--ef 40,80,120,160,200,320] [--clusters 200] [--seed 5] [--builds 16:64,16:128,24:128]
+
+`--builds`: then the index dropped and built once (concurrently, as after a bulk load) with each
+HNSW (m, ef_construction), timed and sized, and searched at the default ef_search: one `BUILD …`
+line each (issue 45, point 5).
 """
 
 from __future__ import annotations
@@ -84,24 +88,44 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def measure(conn, space, queries, truth, ef_values, label: str) -> dict[int, tuple[float, int, float, float, float]]:
+def measure(conn, space, queries, truth, ef_values, label: str) -> dict[int, tuple]:
+    """Per ef_search: (mean recall@10, queries with none of their true 10, queries below 0.5,
+    p50, p95, p99 ms)."""
     results = {}
     print(f"{label}:")
-    print(f"  {'ef_search':>9}  {'recall@10':>9}  {'0 of 10':>7}  {'p50 ms':>7}  {'p95 ms':>7}  {'p99 ms':>7}")
+    print(f"  {'ef_search':>9}  {'recall@10':>9}  {'0 of 10':>7}  {'< 0.5':>5}  {'p50 ms':>7}  {'p95 ms':>7}  {'p99 ms':>7}")
     for ef in ef_values:
-        recalls, times, zero = [], [], 0
+        recalls, times = [], []
         for q, true in zip(queries, truth):
             t0 = time.perf_counter()
             hits = search.nearest(conn, space, q, 10, ef_search=ef)
             times.append((time.perf_counter() - t0) * 1000)
             got = {f"{r.page_url}#{r.chunk_index}" for r in hits}
-            share = len(got & set(true)) / len(true)
-            recalls.append(share)
-            zero += share == 0
-        row = (float(np.mean(recalls)), zero, pct(times, 50), pct(times, 95), pct(times, 99))
+            recalls.append(len(got & set(true)) / len(true))
+        row = (float(np.mean(recalls)), sum(r == 0 for r in recalls), sum(r < 0.5 for r in recalls),
+               pct(times, 50), pct(times, 95), pct(times, 99))
         results[ef] = row
-        print(f"  {ef:>9}  {row[0]:>9.3f}  {zero:>7}  {row[2]:>7.1f}  {row[3]:>7.1f}  {row[4]:>7.1f}", flush=True)
+        print(f"  {ef:>9}  {row[0]:>9.3f}  {row[1]:>7}  {row[2]:>5}  {row[3]:>7.1f}  {row[4]:>7.1f}  {row[5]:>7.1f}",
+              flush=True)
     return results
+
+
+def compare_builds(conn, space, queries, truth, builds: list[spaces.HnswBuild], ef: int) -> list[str]:
+    """Each build of the index over the same loaded table, as production builds it after a bulk
+    load (concurrently, SPACE_BUILD_MEMORY `auto`): its time, size, and search at the default."""
+    lines = []
+    for build in builds:
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(space.index_name())))
+        t0 = time.perf_counter()
+        spaces.build_index_concurrently(conn, space, "auto", build=build)
+        seconds = time.perf_counter() - t0
+        size = conn.execute("SELECT pg_relation_size(%s)", (space.index_name(),)).fetchone()[0]
+        recall, zero, below, _, p95, _ = measure(conn, space, queries, truth, [ef],
+                                                 f"built once, m={build.m} ef_construction={build.ef_construction}")[ef]
+        lines.append(f"m={build.m} ef_construction={build.ef_construction}: build {seconds:.1f} s, "
+                     f"{size / 2**20:.0f} MiB, recall@10 {recall:.3f}, none of 10 {zero}, below 0.5 {below}, "
+                     f"p95 {p95:.1f} ms")
+    return lines
 
 
 def main() -> int:
@@ -113,7 +137,10 @@ def main() -> int:
     parser.add_argument("--clusters", type=int, default=200)
     parser.add_argument("--spread", type=float, default=0.6, help="noise around a centre, per dimension")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--builds", default="", metavar="M:EFC,…",
+                        help="after the rest, build the index once with each (m, ef_construction), e.g. 16:64,16:128,24:128")
     args = parser.parse_args()
+    builds = [spaces.HnswBuild(*(int(v) for v in pair.split(":"))) for pair in args.builds.split(",") if pair]
     ef_values = [int(v) for v in args.ef.split(",")]
     rng = np.random.default_rng(args.seed)
     centres = rng.standard_normal((args.clusters, DIMENSIONS)) / np.sqrt(DIMENSIONS) * 3
@@ -135,7 +162,10 @@ def main() -> int:
             conn.execute(sql.SQL("REINDEX INDEX {}").format(sql.Identifier(space.index_name())))
             print(f"  bulk rebuild (REINDEX): {time.perf_counter() - t0:.1f} s")
             measure(conn, space, queries, truth, grid, "after a bulk rebuild")
-    recall, _, _, p95, _ = incremental[default_ef]
+            compared = compare_builds(conn, space, queries, truth, builds, default_ef)
+    for line in compared:
+        print(f"BUILD {line}")
+    recall, _, _, _, p95, _ = incremental[default_ef]
     print(f"default: hnsw.ef_search = max(SEARCH_EF_SEARCH={default_ef}, 2k), iterative scan relaxed_order")
     print(f"SEARCH recall@10={recall:.3f} p95={p95:.1f}ms at {chunks} chunks")
     return 0

@@ -154,14 +154,30 @@ def create_table(conn: psycopg.Connection, space: Space) -> None:
         space.table(), sql.Literal(space.space_id)))
 
 
-def _index_sql(space: Space, concurrently: bool) -> sql.Composed:
+@dataclass(frozen=True)
+class HnswBuild:
+    """The HNSW graph's build parameters: links a node (`m`) and the candidates a node's links are
+    chosen from (`ef_construction`); more of either is a better graph, built slower and larger."""
+
+    m: int = 16
+    ef_construction: int = 64
+
+
+# pgvector's own defaults, until bench/search_quality.py --builds picks others (issue 45, point 5).
+HNSW_BUILD = HnswBuild()
+
+
+def _index_sql(space: Space, concurrently: bool, build: HnswBuild = HNSW_BUILD) -> sql.Composed:
     ops = "vector_cosine_ops" if space.vector_type == "vector" else "halfvec_cosine_ops"
-    return sql.SQL("CREATE INDEX {how} IF NOT EXISTS {name} ON {table} USING hnsw ((embedding{cast}) {ops})").format(
+    return sql.SQL("CREATE INDEX {how} IF NOT EXISTS {name} ON {table} USING hnsw ((embedding{cast}) {ops})"
+                   " WITH (m = {m}, ef_construction = {ef})").format(
         how=sql.SQL("CONCURRENTLY" if concurrently else ""),
         name=sql.Identifier(space.index_name()),
         table=space.table(),
         cast=space.cast(),
         ops=sql.SQL(ops),
+        m=sql.Literal(build.m),
+        ef=sql.Literal(build.ef_construction),
     )
 
 
@@ -232,7 +248,8 @@ def sized_build_memory(conn: psycopg.Connection, setting: str, memory_max: str, 
 
 
 def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance_work_mem: str,
-                             parallel_workers: int | None = None, memory_max: str = build_memory.AUTO) -> IndexBuild:
+                             parallel_workers: int | None = None, memory_max: str = build_memory.AUTO,
+                             build: HnswBuild = HNSW_BUILD) -> IndexBuild:
     """The space's HNSW index over its bulk-loaded table, built once; page switches go on
     writing the table meanwhile (CONCURRENTLY takes no lock that blocks them).
     `maintenance_work_mem` may be `auto`: sized from the vectors to index, at most `memory_max`
@@ -240,5 +257,6 @@ def build_index_concurrently(conn: psycopg.Connection, space: Space, maintenance
     vectors = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(space.table())).fetchone()[0]
     memory, fits = sized_build_memory(conn, maintenance_work_mem, memory_max, vectors, space.dimensions,
                                       4 if space.vector_type == "vector" else 2)
-    indexes.build_concurrently(conn, space.index_name(), _index_sql(space, concurrently=True), memory, parallel_workers)
+    indexes.build_concurrently(conn, space.index_name(), _index_sql(space, concurrently=True, build=build), memory,
+                               parallel_workers)
     return IndexBuild(vectors, memory, fits)

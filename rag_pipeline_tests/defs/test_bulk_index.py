@@ -233,3 +233,22 @@ def test_a_small_first_load_makes_the_space_with_its_index(stack, conn):
     deliver(base, "https://docs.example.com/first", page(0))
     pipeline.tick()
     assert spaces.index_state(conn, spaces.active(conn)) == "valid"
+
+
+def test_the_hnsw_graph_is_built_with_the_chosen_parameters(stack, conn):
+    """Issue 45, point 5: the index's m and ef_construction are the project's choice
+    (spaces.HNSW_BUILD), and a build may ask for others (bench/search_quality.py --builds)."""
+    base, pipeline = stack
+    deliver(base, "https://docs.example.com/hnsw", "# HNSW\n\nOne page, one index.\n")
+    pipeline.tick()
+    space = spaces.active(conn)
+
+    def options() -> set[str]:
+        return set(conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s",
+                                (space.index_name(),)).fetchone()[0] or [])
+
+    chosen = spaces.HNSW_BUILD
+    assert options() == {f"m={chosen.m}", f"ef_construction={chosen.ef_construction}"}
+    spaces.drop_index(conn, space)
+    spaces.build_index_concurrently(conn, space, "auto", 0, build=spaces.HnswBuild(m=8, ef_construction=40))
+    assert options() == {"m=8", "ef_construction=40"} and scan(conn) == "hnsw"
