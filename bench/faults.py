@@ -418,7 +418,7 @@ def check_index(conn, scenario, acknowledged: set[str], settings: Settings, url_
     crawl's page number → its URL), and the duplicates: the figures and a few examples."""
     rules = default_boilerplate_rules()
     active = spaces.active(conn)
-    max_tokens, overlap = indexing_chunk_budget(settings, active)
+    budget = indexing_chunk_budget(settings, active)   # the model's window too (ChunkBudget)
     figures = Counter()
     examples: list[str] = []
     for p, crawl in sorted(expected_state(scenario, acknowledged).items()):
@@ -437,7 +437,7 @@ def check_index(conn, scenario, acknowledged: set[str], settings: Settings, url_
                 examples.append(f"{key}: newest crawl {crawl.status}, page row {row}, {len(chunks)} chunk(s)")
             continue
         text = normalize_markdown(crawl.text or "", rules, url=key)
-        pieces = chunk_markdown(text, max_tokens=max_tokens, overlap_tokens=overlap)
+        pieces = chunk_markdown(text, *budget)
         want = [(c.index, c.content, embed_hash(c.embed_text)) for c in pieces]
         have = [(i, content, bytes(h)) for i, content, h, _ in chunks]
         vectors_ok = all(v is not None and bytes(v) == bytes(h) for _, _, h, v in chunks)
