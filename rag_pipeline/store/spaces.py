@@ -1,8 +1,8 @@
 """Embedding spaces: which model's vectors search reads, and each space's table and HNSW index.
 
 The live vectors of a space are the partition `space_vectors_<id>` of `space_vectors`, with an
-HNSW index of its own: search names the table, so every plan (generic or not) scans that index,
-and a model switch fills a new table beside the live one and flips a status. The `vector`
+HNSW index of its own: search names the table, so its plan can scan that index (planned with
+the query's values each time, prepared or not: store/search.py), and a model switch fills a new table beside the live one and flips a status. The `vector`
 column has no fixed dimension, so the index is on a cast to the space's own dimension, and
 search repeats the cast. pgvector's HNSW takes `vector` up to 2,000 dimensions, so larger
 spaces are indexed as `halfvec`.
