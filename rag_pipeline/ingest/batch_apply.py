@@ -252,8 +252,9 @@ def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: in
     """The `embeddings` step of a run over many partitions: what the pages' staged chunks lack
     embedded in requests shared across them, then each page switched in on its own."""
     work = list(_pending_many(conn, urls).values())
+    staged = chunk_store.staged_many(conn, [(page_id(p.item.page_url), p.stage_hash) for p in work if p.stage_hash])
     for page in work:
-        page.staged = chunk_store.staged(conn, page_id(page.item.page_url), page.stage_hash) if page.stage_hash else []
+        page.staged = staged[page_id(page.item.page_url)] if page.stage_hash else []
     yield from _embed_and_switch(conn, work, embedder_for, spaces.active(conn), run_id, retry)
 
 

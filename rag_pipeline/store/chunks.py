@@ -46,12 +46,26 @@ def stage(conn: psycopg.Connection, generations: dict[UUID, tuple[str, Sequence[
 
 
 def staged(conn: psycopg.Connection, page_id: UUID, source_hash: str) -> list[StagedChunk]:
+    return staged_many(conn, [(page_id, source_hash)])[page_id]
+
+
+def staged_many(conn: psycopg.Connection, wanted: Sequence[tuple[UUID, str]]) -> dict[UUID, list[StagedChunk]]:
+    """`staged` for many pages in one statement: (page_id, source_hash) each; a page with
+    nothing staged from that source maps to []."""
+    out: dict[UUID, list[StagedChunk]] = {pid: [] for pid, _ in wanted}
+    if not wanted:
+        return out
     rows = conn.execute(
-        "SELECT chunk_id, chunk_index, content, embed_text, embed_hash, token_count, chunker_version"
-        " FROM staged_chunks WHERE page_id = %s AND source_hash = %s ORDER BY chunk_index",
-        (page_id, source_hash),
+        "SELECT s.page_id, s.chunk_id, s.chunk_index, s.content, s.embed_text, s.embed_hash, s.token_count,"
+        "       s.chunker_version"
+        " FROM unnest(%s::uuid[], %s::text[]) AS w (page_id, source_hash)"
+        " JOIN staged_chunks s ON s.page_id = w.page_id AND s.source_hash = w.source_hash"
+        " ORDER BY s.page_id, s.chunk_index",
+        ([pid for pid, _ in wanted], [h for _, h in wanted]),
     ).fetchall()
-    return [StagedChunk(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6]) for r in rows]
+    for r in rows:
+        out[r[0]].append(StagedChunk(r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7]))
+    return out
 
 
 def pages_staged(conn: psycopg.Connection, urls: Sequence[str]) -> set[str]:

@@ -49,6 +49,16 @@ class CountingCursor(psycopg.Cursor):
         return super().copy(*args, **kwargs)
 
 
+class RecordingCursor(psycopg.Cursor):
+    """Keeps the text of every statement a connection executes."""
+
+    statements: list[str] = []
+
+    def execute(self, query, *args, **kwargs):
+        RecordingCursor.statements.append(query.as_string(self) if hasattr(query, "as_string") else str(query))
+        return super().execute(query, *args, **kwargs)
+
+
 def connect(database_url: str, **kwargs) -> psycopg.Connection:
     """As the pool's connections are: autocommit, vectors registered."""
     conn = psycopg.connect(database_url, autocommit=True, **kwargs)
@@ -118,6 +128,30 @@ def test_a_page_with_nothing_staged_fails_alone_when_its_partitions_switch_toget
         assert outcomes.pop(url(2)) == "failed" and set(outcomes.values()) == {"embedded"}
         assert conn.execute("SELECT count(*) FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s",
                             (url(2),)).fetchone()[0] == 0
+
+
+def test_the_embeddings_step_reads_staged_chunks_in_as_many_statements_for_12_pages_as_for_3(
+        database_url, embedder):
+    reads = {}
+    with connect(database_url, cursor_factory=RecordingCursor) as conn:
+        for size, first in ((3, 300), (12, 400)):
+            urls = [url(n) for n in range(first, first + size)]
+            deliver(conn, {u: markdown(n) for n, u in enumerate(urls)})
+            list(batch_apply.take_sources(conn, urls, MAX_PAGE_BYTES, RETRY))
+            list(batch_apply.stage_pages(conn, urls, lambda _space: (512, 64), RETRY))
+            expected = {u: [c.content for c in chunk_store.staged(conn, pid, source)] for u, pid, source in
+                        conn.execute("SELECT url, page_id, source_hash FROM pages WHERE url = ANY(%s)", (urls,))}
+            assert all(expected.values())
+            RecordingCursor.statements = []
+            events = list(batch_apply.switch_pages(conn, urls, lambda _space: embedder, None, RETRY))
+            reads[size] = [q for q in RecordingCursor.statements
+                           if q.lstrip().startswith("SELECT") and "staged_chunks" in q]
+            assert sorted(e.page_url for e in events if isinstance(e, Switched)) == sorted(urls)
+            live = {u: [r[0] for r in conn.execute(
+                "SELECT c.content FROM chunks c JOIN pages p USING (page_id) WHERE p.url = %s ORDER BY c.chunk_index",
+                (u,)).fetchall()] for u in urls}
+            assert live == expected
+    assert len(reads[12]) == len(reads[3]), reads
 
 
 def test_a_page_whose_source_moved_on_is_superseded_and_the_others_switch(database_url, embedder):
