@@ -249,8 +249,7 @@ def stage_pages(conn: psycopg.Connection, urls: Sequence[str], chunk_budget, ret
 
 def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: indexing.EmbedderFor,
                  run_id: str | None, retry: RetryPolicy) -> Iterator[Switched | Failed]:
-    """The `embeddings` step of a run over many partitions: what the pages' staged chunks lack
-    embedded in requests shared across them, then each page switched in on its own."""
+    """A range's `embeddings` step: what its staged chunks lack embedded together, each page switched alone."""
     work = list(_pending_many(conn, urls).values())
     staged = chunk_store.staged_many(conn, [(page_id(p.item.page_url), p.stage_hash) for p in work if p.stage_hash])
     for page in work:
