@@ -253,7 +253,7 @@ def switch_pages(conn: psycopg.Connection, urls: Sequence[str], embedder_for: in
     work = list(_pending_many(conn, urls).values())
     staged = chunk_store.staged_many(conn, [(page_id(p.item.page_url), p.stage_hash) for p in work if p.stage_hash])
     for page in work:
-        page.staged = staged[page_id(page.item.page_url)] if page.stage_hash else []
+        page.staged = staged.get(page_id(page.item.page_url), [])
     yield from _embed_and_switch(conn, work, embedder_for, spaces.active(conn), run_id, retry)
 
 

@@ -2,10 +2,10 @@
 
 The live vectors of a space are the partition `space_vectors_<id>` of `space_vectors`, with an
 HNSW index of its own: search names the table, so its plan can scan that index (planned with
-the query's values each time, prepared or not: store/search.py), and a model switch fills a new table beside the live one and flips a status. The `vector`
-column has no fixed dimension, so the index is on a cast to the space's own dimension, and
-search repeats the cast. pgvector's HNSW takes `vector` up to 2,000 dimensions, so larger
-spaces are indexed as `halfvec`.
+the query's values each time, prepared or not: store/search.py), and a model switch fills a new
+table beside the live one and flips a status. The `vector` column has no fixed dimension, so
+the index is on a cast to the space's own dimension, and search repeats the cast. pgvector's
+HNSW takes `vector` up to 2,000 dimensions, so larger spaces are indexed as `halfvec`.
 """
 
 from __future__ import annotations
